@@ -1,0 +1,60 @@
+//! The environment trait every simulator implements. Learners and tools see environments only
+//! through this trait; the CLI wires concrete simulators in.
+
+use crate::EnvError;
+use crate::space::{BoxSpace, Observation, ObservationSpace};
+
+/// Diagnostics returned with every step.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Info {
+    /// The task's score in [0, 1] (Push-T: coverage of the goal). Learners use it as the
+    /// default outcome.
+    pub score: f32,
+    /// Whether the task is solved at this step.
+    pub success: bool,
+    /// Number of action components clamped into the action bounds at this step.
+    pub clamped: usize,
+}
+
+/// The outcome of one control step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    /// Observation after the step.
+    pub obs: Observation,
+    /// Reward of the step.
+    pub reward: f32,
+    /// The episode ended inside the MDP (success or failure state).
+    pub terminated: bool,
+    /// The episode was cut by the step limit.
+    pub truncated: bool,
+    /// Diagnostics.
+    pub info: Info,
+}
+
+/// A simulated task with seeded resets and exact snapshots.
+///
+/// Implementations must be deterministic: the same seed and actions give bit-identical
+/// observations on the same machine, and `restore(snapshot())` continues identically.
+pub trait Env: Send {
+    /// Everything needed to continue the episode exactly (physics, step counter, RNG).
+    type Snapshot: Clone + Send + Sync;
+
+    /// What [`Env::reset`] and [`Env::step`] return.
+    fn observation_space(&self) -> ObservationSpace;
+    /// What [`Env::step`] accepts. Out-of-bounds actions are clamped and counted.
+    fn action_space(&self) -> BoxSpace;
+    /// Steps after which an episode is truncated.
+    fn max_episode_steps(&self) -> usize;
+    /// Starts a new episode drawn from the task's initial-state distribution with `seed`.
+    fn reset(&mut self, seed: u64) -> Observation;
+    /// Applies one control action. Non-finite actions are rejected without changing the state.
+    fn step(&mut self, action: &[f32]) -> Result<StepResult, EnvError>;
+    /// Captures the full state.
+    fn snapshot(&self) -> Self::Snapshot;
+    /// Returns to a captured state and gives its observation.
+    fn restore(&mut self, snapshot: &Self::Snapshot) -> Observation;
+    /// The current observation, without stepping.
+    fn observe(&mut self) -> Observation;
+    /// Number of steps taken in the current episode.
+    fn elapsed_steps(&self) -> usize;
+}

@@ -1,0 +1,31 @@
+//! diffrl-core: what every other diffrl crate agrees on, and nothing task specific.
+//!
+//! - [`space`]: observation and action spaces with bounds (state vectors, images, text).
+//! - [`env`]: the [`Env`] trait (seeded reset, step, snapshot/restore) every simulator implements.
+//! - [`vec_env`]: [`VecEnv`], N environments stepped in parallel with autoreset.
+//! - [`episode`]: episode and rollout storage.
+//! - [`normalize`]: running statistics and normalisers stored with models.
+//! - [`config`]: TOML loading with unknown-key rejection and validation errors naming field and file.
+//! - [`run_dir`]: `runs/<name>/` folders with a config copy and an append-only `metrics.jsonl`.
+//! - [`lerobot`]: LeRobot v3.0 dataset folders (write and read).
+//! - [`seeding`]: deterministic seed derivation.
+//! - [`fs`]: atomic file writes (temp file + rename).
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod env;
+pub mod episode;
+pub mod error;
+pub mod fs;
+pub mod lerobot;
+pub mod normalize;
+pub mod run_dir;
+pub mod seeding;
+pub mod space;
+pub mod vec_env;
+
+pub use env::{Env, Info, StepResult};
+pub use episode::{Episode, Rollout};
+pub use error::{ConfigError, DatasetError, EnvError};
+pub use space::{BoxSpace, ImageObs, ImageSpace, Observation, ObservationSpace};
+pub use vec_env::{AutoReset, VecEnv, VecStep};
