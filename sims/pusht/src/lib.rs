@@ -1,1 +1,21 @@
-//! placeholder
+//! Push-T on rapier2d, matching gym-pusht 0.1.8.
+//!
+//! - [`PushT`]: the environment (observation modes `state`, `keypoints`, `pixels`; domain
+//!   randomisation of block mass/inertia, friction, PD gains, action delay, observation noise).
+//! - [`geometry`]: the T shape, keypoints and exact goal coverage.
+//! - [`physics`]: the Rapier world.
+//! - [`render`]: top-view images.
+//! - [`expert`]: a sampling-based MPC (MPPI) expert that plans on cloned worlds.
+#![warn(missing_docs)]
+
+pub mod env;
+pub mod expert;
+pub mod geometry;
+pub mod physics;
+pub mod render;
+
+pub use env::{
+    MAX_EPISODE_STEPS, ObsMode, PushT, PushTBuilder, PushTConfig, Randomization, SUCCESS_THRESHOLD,
+    Snapshot, TASK,
+};
+pub use expert::{Expert, ExpertConfig};

@@ -1,0 +1,4 @@
+//! expert placeholder
+#![allow(missing_docs)]
+pub struct Expert;
+pub struct ExpertConfig;
