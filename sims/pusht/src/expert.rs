@@ -1,4 +1,244 @@
-//! expert placeholder
-#![allow(missing_docs)]
-pub struct Expert;
-pub struct ExpertConfig;
+//! A planning expert: MPPI (model-predictive path integral control) over cloned worlds.
+//!
+//! Every control step, `samples` plans of `horizon` waypoint increments are rolled out on
+//! copies of the environment (an exact snapshot: Rapier sets are `Clone`), scored by how close
+//! the T's corners come to the goal's, and averaged with weights `exp(-(C - min) / std / T)`.
+//! The first waypoint is executed and the plan is shifted to warm-start the next step.
+//!
+//! Findings that shaped the defaults (from a prototype on gym-pusht, see ENVIRONMENTS.md):
+//! exploration noise shrinks with the keypoint error (success needs ~3 px), the cost counts
+//! the best error reached along a rollout (an episode ends when coverage first passes 0.95),
+//! and a stalled plan is kicked out of its local minimum by a short burst of wide exploration.
+
+use diffrl_core::config::{Invalid, Validate, ensure};
+use diffrl_core::seeding::{self, Rng};
+use rand_distr::{Distribution, StandardNormal};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::env::PushT;
+use crate::geometry::{self, GOAL, Pose};
+use crate::physics::AGENT_RADIUS;
+
+/// MPPI settings (`[expert]` in configs). Defaults are the prototype's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExpertConfig {
+    /// Plan length in control steps.
+    pub horizon: usize,
+    /// Sampled plans per MPPI iteration (sample 0 is the current mean plan).
+    pub samples: usize,
+    /// MPPI iterations per control step.
+    pub iterations: usize,
+    /// Temperature of the weights on normalised costs.
+    pub temperature: f64,
+    /// Largest waypoint increment per step (px).
+    pub max_increment: f64,
+    /// Weight of the agent-to-block surface distance (keeps the agent near the block).
+    pub proximity_weight: f64,
+    /// Weight of the last step in the horizon-averaged cost.
+    pub terminal_weight: f64,
+    /// Weight of the smallest keypoint error reached along the rollout.
+    pub best_error_weight: f64,
+    /// Noise std per step = clamp(noise_gain * keypoint error, noise_min, noise_max).
+    pub noise_gain: f64,
+    /// Smallest noise std (px).
+    pub noise_min: f64,
+    /// Largest noise std (px).
+    pub noise_max: f64,
+    /// Steps without `stall_improvement` px of progress that count as a stall.
+    pub stall_window: usize,
+    /// Progress (px of keypoint error) that resets the stall counter.
+    pub stall_improvement: f64,
+    /// Steps of wide exploration after a stall.
+    pub recovery_steps: usize,
+    /// Plan length during recovery.
+    pub recovery_horizon: usize,
+}
+
+impl Default for ExpertConfig {
+    fn default() -> Self {
+        Self {
+            horizon: 15,
+            samples: 32,
+            iterations: 2,
+            temperature: 0.1,
+            max_increment: 60.0,
+            proximity_weight: 0.1,
+            terminal_weight: 5.0,
+            best_error_weight: 1.0,
+            noise_gain: 0.5,
+            noise_min: 2.0,
+            noise_max: 25.0,
+            stall_window: 25,
+            stall_improvement: 1.0,
+            recovery_steps: 10,
+            recovery_horizon: 20,
+        }
+    }
+}
+
+impl Validate for ExpertConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(self.horizon >= 1 && self.horizon <= 200, "horizon", "must be in 1..=200")?;
+        ensure(self.recovery_horizon >= 1 && self.recovery_horizon <= 200, "recovery_horizon", "must be in 1..=200")?;
+        ensure(self.samples >= 2, "samples", "must be at least 2")?;
+        ensure(self.iterations >= 1, "iterations", "must be at least 1")?;
+        ensure(self.temperature > 0.0, "temperature", "must be > 0")?;
+        ensure(self.max_increment > 0.0, "max_increment", "must be > 0")?;
+        ensure(self.noise_min > 0.0 && self.noise_min <= self.noise_max, "noise_min", "must be > 0 and <= noise_max")
+    }
+}
+
+/// Mean distance between the T's corners at `block` and at the goal (px).
+pub fn keypoint_error(block: &Pose) -> f64 {
+    let a = geometry::keypoints(block);
+    let b = geometry::keypoints(&GOAL);
+    (0..8).map(|i| (a[2 * i] - b[2 * i]).hypot(a[2 * i + 1] - b[2 * i + 1])).sum::<f64>() / 8.0
+}
+
+/// Distance from the agent disk's surface to the T (0 when touching).
+pub fn agent_block_distance(agent: [f64; 2], block: &Pose) -> f64 {
+    // Agent in the block frame.
+    let (s, c) = block.angle.sin_cos();
+    let (dx, dy) = (agent[0] - block.x, agent[1] - block.y);
+    let (lx, ly) = (c * dx + s * dy, -s * dx + c * dy);
+    let rect = |x0: f64, y0: f64, x1: f64, y1: f64| {
+        let ex = (x0 - lx).max(0.0).max(lx - x1);
+        let ey = (y0 - ly).max(0.0).max(ly - y1);
+        ex.hypot(ey)
+    };
+    (rect(-60.0, 0.0, 60.0, 30.0).min(rect(-15.0, 30.0, 15.0, 120.0)) - AGENT_RADIUS).max(0.0)
+}
+
+/// The MPPI expert. Deterministic for a given seed and environment state.
+pub struct Expert {
+    config: ExpertConfig,
+    plan: Vec<[f64; 2]>,
+    rng: Rng,
+    best_error: f64,
+    since_improvement: usize,
+    recovery_left: usize,
+}
+
+impl Expert {
+    /// A fresh expert (call [`Expert::reset`] at every episode start).
+    pub fn new(config: ExpertConfig, seed: u64) -> Self {
+        let plan = vec![[0.0; 2]; config.horizon];
+        Self { config, plan, rng: seeding::rng(seed), best_error: f64::INFINITY, since_improvement: 0, recovery_left: 0 }
+    }
+
+    /// Forgets the plan and stall state; reseeds the noise.
+    pub fn reset(&mut self, seed: u64) {
+        *self = Self::new(self.config.clone(), seed);
+    }
+
+    /// The next action (a target position) for `env`'s current state.
+    pub fn act(&mut self, env: &PushT) -> [f32; 2] {
+        let cfg = self.config.clone();
+        let err = keypoint_error(&env.block_pose());
+        if err < self.best_error - cfg.stall_improvement {
+            self.best_error = err;
+            self.since_improvement = 0;
+        } else {
+            self.since_improvement += 1;
+        }
+        if self.recovery_left == 0 && self.since_improvement >= cfg.stall_window {
+            self.recovery_left = cfg.recovery_steps;
+            self.since_improvement = 0;
+            self.best_error = err;
+        }
+        let recovering = self.recovery_left > 0;
+        self.recovery_left = self.recovery_left.saturating_sub(1);
+        let (horizon, sigma, proximity) = if recovering {
+            (cfg.recovery_horizon, cfg.noise_max, 0.0)
+        } else {
+            (cfg.horizon, (cfg.noise_gain * err).clamp(cfg.noise_min, cfg.noise_max), cfg.proximity_weight)
+        };
+        self.plan.resize(horizon, [0.0; 2]);
+
+        for _ in 0..cfg.iterations {
+            // Noise is drawn sequentially so results do not depend on thread scheduling.
+            let noise: Vec<Vec<[f64; 2]>> = (0..cfg.samples)
+                .map(|k| {
+                    (0..horizon)
+                        .map(|_| {
+                            if k == 0 {
+                                [0.0; 2]
+                            } else {
+                                let n0: f64 = StandardNormal.sample(&mut self.rng);
+                                let n1: f64 = StandardNormal.sample(&mut self.rng);
+                                [n0 * sigma, n1 * sigma]
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            let candidates: Vec<Vec<[f64; 2]>> = noise
+                .iter()
+                .map(|n| {
+                    self.plan
+                        .iter()
+                        .zip(n)
+                        .map(|(p, e)| [(p[0] + e[0]).clamp(-cfg.max_increment, cfg.max_increment), (p[1] + e[1]).clamp(-cfg.max_increment, cfg.max_increment)])
+                        .collect()
+                })
+                .collect();
+            let costs: Vec<f64> = candidates.par_iter().map(|c| rollout_cost(env, c, proximity, &cfg)).collect();
+            let min = costs.iter().copied().fold(f64::INFINITY, f64::min);
+            let mean = costs.iter().sum::<f64>() / costs.len() as f64;
+            let std = (costs.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / costs.len() as f64).sqrt().max(1e-9);
+            let weights: Vec<f64> = costs.iter().map(|c| (-(c - min) / std / cfg.temperature).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for (t, p) in self.plan.iter_mut().enumerate() {
+                let mut acc = [0.0; 2];
+                for (w, c) in weights.iter().zip(&candidates) {
+                    acc[0] += w * c[t][0];
+                    acc[1] += w * c[t][1];
+                }
+                *p = [acc[0] / total, acc[1] / total];
+            }
+        }
+        let first = self.plan[0];
+        // Warm start: shift the plan by one step.
+        self.plan.remove(0);
+        self.plan.push([0.0; 2]);
+        let [ax, ay] = env.agent_pos();
+        [(ax + first[0]).clamp(0.0, 512.0) as f32, (ay + first[1]).clamp(0.0, 512.0) as f32]
+    }
+}
+
+/// Cost of executing waypoint increments `plan` from `env`'s state (on a copy).
+fn rollout_cost(env: &PushT, plan: &[[f64; 2]], proximity: f64, cfg: &ExpertConfig) -> f64 {
+    let mut sim = env.clone();
+    let mut target = sim.agent_pos();
+    let (mut total, mut weight_sum, mut best) = (0.0, 0.0, f64::INFINITY);
+    let last = plan.len() - 1;
+    for (t, inc) in plan.iter().enumerate() {
+        target = [(target[0] + inc[0]).clamp(0.0, 512.0), (target[1] + inc[1]).clamp(0.0, 512.0)];
+        sim.advance(target);
+        let block = sim.block_pose();
+        let err = keypoint_error(&block);
+        best = best.min(err);
+        let c = err + proximity * agent_block_distance(sim.agent_pos(), &block);
+        let w = if t == last { cfg.terminal_weight } else { 1.0 };
+        total += w * c;
+        weight_sum += w;
+    }
+    total / weight_sum + cfg.best_error_weight * best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distances_are_zero_at_goal_and_contact() {
+        assert!(keypoint_error(&GOAL) < 1e-12);
+        assert!((keypoint_error(&Pose::new(GOAL.x + 3.0, GOAL.y, GOAL.angle)) - 3.0).abs() < 1e-9);
+        let block = Pose::new(200.0, 200.0, 0.0);
+        assert_eq!(agent_block_distance([200.0, 190.0], &block), 0.0, "overlapping");
+        assert_eq!(agent_block_distance([200.0, 150.0], &block), 35.0);
+        assert_eq!(agent_block_distance([200.0, 250.0], &block), 0.0);
+    }
+}

@@ -1,0 +1,129 @@
+//! The run configuration (`configs/pusht.toml`, embedded as the default).
+
+use std::path::{Path, PathBuf};
+
+use diffrl_core::ConfigError;
+use diffrl_core::config::{self, Invalid, Validate, ensure};
+use diffrl_pusht::{ExpertConfig, PushTConfig};
+use serde::{Deserialize, Serialize};
+
+/// The embedded default config.
+pub const DEFAULT_CONFIG: &str = include_str!("../../../configs/pusht.toml");
+
+/// A whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Simulator: only "pusht" so far.
+    #[serde(default = "default_task")]
+    pub task: String,
+    /// Run folder, seed, threads.
+    #[serde(default)]
+    pub run: RunSection,
+    /// Environment settings.
+    #[serde(default)]
+    pub env: PushTConfig,
+    /// Expert settings.
+    #[serde(default)]
+    pub expert: ExpertConfig,
+    /// Demonstration settings.
+    #[serde(default)]
+    pub demos: DemosSection,
+}
+
+fn default_task() -> String {
+    "pusht".into()
+}
+
+/// `[run]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSection {
+    /// Folder name under `runs_dir`.
+    pub name: String,
+    /// Parent folder of runs.
+    pub runs_dir: PathBuf,
+    /// Root seed.
+    pub seed: u64,
+    /// Simulation threads (0 = one per core).
+    pub threads: usize,
+}
+
+impl Default for RunSection {
+    fn default() -> Self {
+        Self { name: "pusht".into(), runs_dir: "runs".into(), seed: 0, threads: 0 }
+    }
+}
+
+/// `[demos]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DemosSection {
+    /// Expert episodes to record.
+    pub episodes: usize,
+    /// Keep only successful episodes.
+    pub only_successful: bool,
+}
+
+impl Default for DemosSection {
+    fn default() -> Self {
+        Self { episodes: 200, only_successful: false }
+    }
+}
+
+impl Validate for RunConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(self.task == "pusht", "task", format!("unknown task {:?}; available: pusht", self.task))?;
+        ensure(
+            !self.run.name.is_empty() && !self.run.name.contains(['/', '\\']),
+            "run.name",
+            "must be a plain folder name",
+        )?;
+        ensure(self.run.threads <= 1024, "run.threads", "must be at most 1024")?;
+        ensure(self.demos.episodes >= 1, "demos.episodes", "must be at least 1")?;
+        self.env.validate().map_err(|e| e.within("env"))?;
+        self.expert.validate().map_err(|e| e.within("expert"))
+    }
+}
+
+/// Loads `path`, or the embedded default when `None`. Returns the config and its text.
+pub fn load(path: Option<&Path>) -> Result<(RunConfig, String), ConfigError> {
+    match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
+            Ok((config::from_toml_str(&text, p)?, text))
+        }
+        None => Ok((config::from_toml_str(DEFAULT_CONFIG, &config::embedded("configs/pusht.toml"))?, DEFAULT_CONFIG.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_equals_struct_defaults() {
+        let (c, _) = load(None).unwrap();
+        assert_eq!(c.env, PushTConfig::default());
+        assert_eq!(c.expert, ExpertConfig::default());
+        assert_eq!(c.demos, DemosSection::default());
+        assert_eq!(c.run, RunSection::default());
+    }
+
+    #[test]
+    fn errors_name_file_and_key() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("bad.toml");
+        std::fs::write(&p, "[expert]\nhorizn = 3\n").unwrap();
+        let e = load(Some(&p)).unwrap_err().to_string();
+        assert!(e.contains("bad.toml") && e.contains("horizn") && e.contains("expert"), "{e}");
+        std::fs::write(&p, "[demos]\nepisodes = \"ten\"\n").unwrap();
+        let e = load(Some(&p)).unwrap_err().to_string();
+        assert!(e.contains("bad.toml") && e.contains("demos.episodes"), "{e}");
+        std::fs::write(&p, "[expert]\nsamples = 1\n").unwrap();
+        let e = load(Some(&p)).unwrap_err().to_string();
+        assert!(e.ends_with("expert.samples: must be at least 2"), "{e}");
+        std::fs::write(&p, "task = \"arm\"\n").unwrap();
+        assert!(load(Some(&p)).unwrap_err().to_string().contains("unknown task"));
+    }
+}
