@@ -51,7 +51,12 @@ pub struct RunSection {
 
 impl Default for RunSection {
     fn default() -> Self {
-        Self { name: "pusht".into(), runs_dir: "runs".into(), seed: 0, threads: 0 }
+        Self {
+            name: "pusht".into(),
+            runs_dir: "runs".into(),
+            seed: 0,
+            threads: 0,
+        }
     }
 }
 
@@ -67,20 +72,35 @@ pub struct DemosSection {
 
 impl Default for DemosSection {
     fn default() -> Self {
-        Self { episodes: 200, only_successful: false }
+        Self {
+            episodes: 200,
+            only_successful: false,
+        }
     }
 }
 
 impl Validate for RunConfig {
     fn validate(&self) -> Result<(), Invalid> {
-        ensure(self.task == "pusht", "task", format!("unknown task {:?}; available: pusht", self.task))?;
+        ensure(
+            self.task == "pusht",
+            "task",
+            format!("unknown task {:?}; available: pusht", self.task),
+        )?;
         ensure(
             !self.run.name.is_empty() && !self.run.name.contains(['/', '\\']),
             "run.name",
             "must be a plain folder name",
         )?;
-        ensure(self.run.threads <= 1024, "run.threads", "must be at most 1024")?;
-        ensure(self.demos.episodes >= 1, "demos.episodes", "must be at least 1")?;
+        ensure(
+            self.run.threads <= 1024,
+            "run.threads",
+            "must be at most 1024",
+        )?;
+        ensure(
+            self.demos.episodes >= 1,
+            "demos.episodes",
+            "must be at least 1",
+        )?;
         self.env.validate().map_err(|e| e.within("env"))?;
         self.expert.validate().map_err(|e| e.within("expert"))
     }
@@ -90,10 +110,16 @@ impl Validate for RunConfig {
 pub fn load(path: Option<&Path>) -> Result<(RunConfig, String), ConfigError> {
     match path {
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
+            let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Io {
+                path: p.to_path_buf(),
+                source,
+            })?;
             Ok((config::from_toml_str(&text, p)?, text))
         }
-        None => Ok((config::from_toml_str(DEFAULT_CONFIG, &config::embedded("configs/pusht.toml"))?, DEFAULT_CONFIG.to_string())),
+        None => Ok((
+            config::from_toml_str(DEFAULT_CONFIG, &config::embedded("configs/pusht.toml"))?,
+            DEFAULT_CONFIG.to_string(),
+        )),
     }
 }
 
@@ -116,14 +142,25 @@ mod tests {
         let p = d.path().join("bad.toml");
         std::fs::write(&p, "[expert]\nhorizn = 3\n").unwrap();
         let e = load(Some(&p)).unwrap_err().to_string();
-        assert!(e.contains("bad.toml") && e.contains("horizn") && e.contains("expert"), "{e}");
+        assert!(
+            e.contains("bad.toml") && e.contains("horizn") && e.contains("expert"),
+            "{e}"
+        );
         std::fs::write(&p, "[demos]\nepisodes = \"ten\"\n").unwrap();
         let e = load(Some(&p)).unwrap_err().to_string();
-        assert!(e.contains("bad.toml") && e.contains("demos.episodes"), "{e}");
+        assert!(
+            e.contains("bad.toml") && e.contains("demos.episodes"),
+            "{e}"
+        );
         std::fs::write(&p, "[expert]\nsamples = 1\n").unwrap();
         let e = load(Some(&p)).unwrap_err().to_string();
         assert!(e.ends_with("expert.samples: must be at least 2"), "{e}");
         std::fs::write(&p, "task = \"arm\"\n").unwrap();
-        assert!(load(Some(&p)).unwrap_err().to_string().contains("unknown task"));
+        assert!(
+            load(Some(&p))
+                .unwrap_err()
+                .to_string()
+                .contains("unknown task")
+        );
     }
 }

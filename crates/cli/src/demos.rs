@@ -39,7 +39,12 @@ pub struct DemoSummary {
 }
 
 /// One expert episode on `env` from `seed`. `on_step` sees (observation, action) pairs.
-pub fn expert_episode(env: &mut PushT, expert: &mut Expert, seed: u64, mut on_step: impl FnMut(&PushT, [f32; 2], &diffrl_core::StepResult)) -> anyhow::Result<Episode> {
+pub fn expert_episode(
+    env: &mut PushT,
+    expert: &mut Expert,
+    seed: u64,
+    mut on_step: impl FnMut(&PushT, [f32; 2], &diffrl_core::StepResult),
+) -> anyhow::Result<Episode> {
     env.reset(seed);
     expert.reset(derive(seed, EXPERT_STREAM));
     run_expert_from_current(env, expert, Some(seed), &mut on_step)
@@ -52,13 +57,23 @@ pub fn run_expert_from_current(
     seed: Option<u64>,
     on_step: &mut dyn FnMut(&PushT, [f32; 2], &diffrl_core::StepResult),
 ) -> anyhow::Result<Episode> {
-    let mut ep = Episode { seed, task: Some(TASK.to_string()), ..Episode::default() };
+    let mut ep = Episode {
+        seed,
+        task: Some(TASK.to_string()),
+        ..Episode::default()
+    };
     loop {
         let state = env.true_state().map(|v| v as f32).to_vec();
         let action = expert.act(env);
         let r = env.step(&action)?;
         on_step(env, action, &r);
-        ep.push(Observation::state(state), action.to_vec(), r.reward, r.info.score, r.info.success);
+        ep.push(
+            Observation::state(state),
+            action.to_vec(),
+            r.reward,
+            r.info.score,
+            r.info.success,
+        );
         if r.terminated || r.truncated {
             ep.terminated = r.terminated;
             ep.truncated = r.truncated;
@@ -68,13 +83,24 @@ pub fn run_expert_from_current(
 }
 
 /// Runs `episodes` expert episodes; episode `i` starts from seed `derive(seed, i)`.
-pub fn generate(env_cfg: &PushTConfig, expert_cfg: &ExpertConfig, episodes: usize, seed: u64, threads: usize) -> anyhow::Result<(Vec<Episode>, DemoSummary)> {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("starting worker threads")?;
+pub fn generate(
+    env_cfg: &PushTConfig,
+    expert_cfg: &ExpertConfig,
+    episodes: usize,
+    seed: u64,
+    threads: usize,
+) -> anyhow::Result<(Vec<Episode>, DemoSummary)> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("starting worker threads")?;
     let bar = ProgressBar::new(episodes as u64);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} expert demos [{bar:30}] {pos}/{len} episodes, {msg} ETA {eta}")
-            .expect("static template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} expert demos [{bar:30}] {pos}/{len} episodes, {msg} ETA {eta}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
     );
     let successes = std::sync::atomic::AtomicUsize::new(0);
     let start = Instant::now();
@@ -86,7 +112,9 @@ pub fn generate(env_cfg: &PushTConfig, expert_cfg: &ExpertConfig, episodes: usiz
                 let mut env = PushT::builder().config(env_cfg.clone()).build();
                 let mut expert = Expert::new(expert_cfg.clone(), s);
                 let ep = expert_episode(&mut env, &mut expert, s, |_, _, _| {})?;
-                let done = successes.fetch_add(ep.success() as usize, std::sync::atomic::Ordering::Relaxed) + ep.success() as usize;
+                let done = successes
+                    .fetch_add(ep.success() as usize, std::sync::atomic::Ordering::Relaxed)
+                    + ep.success() as usize;
                 bar.inc(1);
                 bar.set_message(format!("{done} successful"));
                 Ok(ep)
@@ -132,14 +160,23 @@ impl std::fmt::Display for DemoSummary {
 }
 
 /// Writes episodes as a LeRobot dataset with provenance.
-pub fn write(out: &Path, eps: &[Episode], summary: &DemoSummary, provenance: serde_json::Value, overwrite: bool) -> anyhow::Result<()> {
+pub fn write(
+    out: &Path,
+    eps: &[Episode],
+    summary: &DemoSummary,
+    provenance: serde_json::Value,
+    overwrite: bool,
+) -> anyhow::Result<()> {
     let meta = DatasetMeta {
         fps: 10,
         robot_type: "2d pointer".into(),
-        state_names: ["agent_x", "agent_y", "block_x", "block_y", "block_angle"].map(String::from).to_vec(),
+        state_names: ["agent_x", "agent_y", "block_x", "block_y", "block_angle"]
+            .map(String::from)
+            .to_vec(),
         action_names: ["x", "y"].map(String::from).to_vec(),
         task: TASK.into(),
         provenance: serde_json::json!({"provenance": provenance, "summary": summary}),
     };
-    write_dataset(out, &meta, eps, overwrite).with_context(|| format!("writing dataset {}", out.display()))
+    write_dataset(out, &meta, eps, overwrite)
+        .with_context(|| format!("writing dataset {}", out.display()))
 }

@@ -80,8 +80,21 @@ where
 {
     let cli = Cli::try_parse_from(args)?;
     match cli.command {
-        Command::Run { config, name, episodes } => pipeline::run(config.as_deref(), name, episodes, out),
-        Command::Demos { task, episodes, seed, out: dir, overwrite, threads, only_successful, config } => {
+        Command::Run {
+            config,
+            name,
+            episodes,
+        } => pipeline::run(config.as_deref(), name, episodes, out),
+        Command::Demos {
+            task,
+            episodes,
+            seed,
+            out: dir,
+            overwrite,
+            threads,
+            only_successful,
+            config,
+        } => {
             if task != "pusht" {
                 anyhow::bail!("unknown simulator {task:?}; available: pusht");
             }
@@ -89,9 +102,23 @@ where
             let (cfg, _) = config::load(config.as_deref())?;
             let (eps, summary) = demos::generate(&cfg.env, &cfg.expert, episodes, seed, threads)?;
             writeln!(out, "{summary}")?;
-            let kept: Vec<_> = eps.iter().filter(|e| !only_successful || e.success()).cloned().collect();
-            anyhow::ensure!(!kept.is_empty(), "no successful episode to write (drop --only-successful)");
-            let command = format!("diffrl demos pusht --episodes {episodes} --seed {seed}{}", if only_successful { " --only-successful" } else { "" });
+            let kept: Vec<_> = eps
+                .iter()
+                .filter(|e| !only_successful || e.success())
+                .cloned()
+                .collect();
+            anyhow::ensure!(
+                !kept.is_empty(),
+                "no successful episode to write (drop --only-successful)"
+            );
+            let command = format!(
+                "diffrl demos pusht --episodes {episodes} --seed {seed}{}",
+                if only_successful {
+                    " --only-successful"
+                } else {
+                    ""
+                }
+            );
             let provenance = serde_json::json!({"command": command, "seed": seed, "env": cfg.env, "expert": cfg.expert, "diffrl_version": env!("CARGO_PKG_VERSION")});
             demos::write(&dir, &kept, &summary, provenance, overwrite)?;
             writeln!(out, "wrote {} episodes to {}", kept.len(), dir.display())?;
@@ -102,8 +129,24 @@ where
             let ds = diffrl_core::lerobot::read_dataset(&dataset)?;
             let eps = ds.episodes("observation.state")?;
             let summary = demos::summarize(&eps, 0.0);
-            writeln!(out, "{}: {} frames, {} episodes at {} fps; features {:?}", dataset.display(), ds.len(), eps.len(), ds.fps, ds.columns.keys().collect::<Vec<_>>())?;
-            writeln!(out, "success {:.1}% (95% CI {:.1}-{:.1}%), mean max reward {:.3}, mean length {:.1}", 100.0 * summary.success_rate, 100.0 * summary.success_ci95[0], 100.0 * summary.success_ci95[1], summary.mean_max_reward, summary.mean_length)?;
+            writeln!(
+                out,
+                "{}: {} frames, {} episodes at {} fps; features {:?}",
+                dataset.display(),
+                ds.len(),
+                eps.len(),
+                ds.fps,
+                ds.columns.keys().collect::<Vec<_>>()
+            )?;
+            writeln!(
+                out,
+                "success {:.1}% (95% CI {:.1}-{:.1}%), mean max reward {:.3}, mean length {:.1}",
+                100.0 * summary.success_rate,
+                100.0 * summary.success_ci95[0],
+                100.0 * summary.success_ci95[1],
+                summary.mean_max_reward,
+                summary.mean_length
+            )?;
             Ok(())
         }
     }

@@ -10,7 +10,11 @@ fn main() -> ExitCode {
             // clap renders its own help/usage/version messages.
             if let Some(c) = e.downcast_ref::<clap::Error>() {
                 let _ = c.print();
-                return if c.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+                return if c.use_stderr() {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
             }
             eprintln!("error: {e}");
             for cause in e.chain().skip(1) {

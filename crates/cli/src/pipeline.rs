@@ -17,10 +17,18 @@ use crate::config;
 use crate::demos;
 
 /// Runs the pipeline for `config_path` (embedded default when `None`).
-pub fn run(config_path: Option<&Path>, name: Option<String>, episodes: Option<usize>, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn run(
+    config_path: Option<&Path>,
+    name: Option<String>,
+    episodes: Option<usize>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let (mut cfg, text) = config::load(config_path)?;
     if let Some(n) = name {
-        anyhow::ensure!(!n.is_empty() && !n.contains(['/', '\\']), "--name must be a plain folder name");
+        anyhow::ensure!(
+            !n.is_empty() && !n.contains(['/', '\\']),
+            "--name must be a plain folder name"
+        );
         cfg.run.name = n;
     }
     if let Some(e) = episodes {
@@ -29,22 +37,50 @@ pub fn run(config_path: Option<&Path>, name: Option<String>, episodes: Option<us
     }
     // The resolved config (overrides applied) is what the run folder records.
     let resolved = toml::to_string(&cfg).unwrap_or(text);
-    let mut run = RunDir::open(&cfg.run.runs_dir, &cfg.run.name, &resolved)
-        .with_context(|| format!("creating run folder {}", cfg.run.runs_dir.join(&cfg.run.name).display()))?;
+    let mut run = RunDir::open(&cfg.run.runs_dir, &cfg.run.name, &resolved).with_context(|| {
+        format!(
+            "creating run folder {}",
+            cfg.run.runs_dir.join(&cfg.run.name).display()
+        )
+    })?;
     writeln!(out, "run folder: {}", run.path().display())?;
 
     // Stage 1: demonstrations.
     let demos_dir = run.path().join("demos");
     let fingerprint = json!({"seed": cfg.run.seed, "episodes": cfg.demos.episodes, "only_successful": cfg.demos.only_successful, "env": cfg.env, "expert": cfg.expert});
-    let existing = read_dataset(&demos_dir).ok().filter(|ds| ds.info["diffrl"]["provenance"]["fingerprint"] == fingerprint);
+    let existing = read_dataset(&demos_dir)
+        .ok()
+        .filter(|ds| ds.info["diffrl"]["provenance"]["fingerprint"] == fingerprint);
     let summary = if let Some(ds) = existing {
-        writeln!(out, "[1/1] demos: reusing {} ({} frames)", demos_dir.display(), ds.len())?;
+        writeln!(
+            out,
+            "[1/1] demos: reusing {} ({} frames)",
+            demos_dir.display(),
+            ds.len()
+        )?;
         serde_json::from_value(ds.info["diffrl"]["summary"].clone()).ok()
     } else {
-        writeln!(out, "[1/1] demos: {} expert episodes (MPPI over cloned Rapier worlds)", cfg.demos.episodes)?;
-        let (eps, summary) = demos::generate(&cfg.env, &cfg.expert, cfg.demos.episodes, cfg.run.seed, cfg.run.threads)?;
-        let kept: Vec<_> = eps.iter().filter(|e| !cfg.demos.only_successful || e.success()).cloned().collect();
-        anyhow::ensure!(!kept.is_empty(), "the expert solved no episode, and [demos].only_successful is set");
+        writeln!(
+            out,
+            "[1/1] demos: {} expert episodes (MPPI over cloned Rapier worlds)",
+            cfg.demos.episodes
+        )?;
+        let (eps, summary) = demos::generate(
+            &cfg.env,
+            &cfg.expert,
+            cfg.demos.episodes,
+            cfg.run.seed,
+            cfg.run.threads,
+        )?;
+        let kept: Vec<_> = eps
+            .iter()
+            .filter(|e| !cfg.demos.only_successful || e.success())
+            .cloned()
+            .collect();
+        anyhow::ensure!(
+            !kept.is_empty(),
+            "the expert solved no episode, and [demos].only_successful is set"
+        );
         let provenance = json!({"command": "diffrl run", "fingerprint": fingerprint, "diffrl_version": env!("CARGO_PKG_VERSION")});
         demos::write(&demos_dir, &kept, &summary, provenance, true)?;
         run.log(&json!({"stage": "demos", "summary": summary}))?;
@@ -52,7 +88,8 @@ pub fn run(config_path: Option<&Path>, name: Option<String>, episodes: Option<us
     };
     let summary: Option<serde_json::Value> = summary;
     if let Some(s) = &summary {
-        let s: demos::DemoSummary = serde_json::from_value(s.clone()).context("reading the demo summary")?;
+        let s: demos::DemoSummary =
+            serde_json::from_value(s.clone()).context("reading the demo summary")?;
         writeln!(out, "      {s}")?;
         let report = format!(
             "# diffrl run `{name}`\n\nConfig: `config.toml` (resolved). Task: {task}.\n\n## Stages\n\n| stage | status | output |\n|---|---|---|\n\

@@ -40,9 +40,18 @@ pub struct SimArgs {
 fn parse_state(s: &str) -> anyhow::Result<[f64; 5]> {
     let v: Vec<f64> = s
         .split(',')
-        .map(|x| x.trim().parse::<f64>().with_context(|| format!("--init-state: {x:?} is not a number")))
+        .map(|x| {
+            x.trim()
+                .parse::<f64>()
+                .with_context(|| format!("--init-state: {x:?} is not a number"))
+        })
         .collect::<anyhow::Result<_>>()?;
-    let arr: [f64; 5] = v.try_into().map_err(|v: Vec<f64>| anyhow::anyhow!("--init-state needs 5 comma-separated numbers ax,ay,bx,by,angle, got {}", v.len()))?;
+    let arr: [f64; 5] = v.try_into().map_err(|v: Vec<f64>| {
+        anyhow::anyhow!(
+            "--init-state needs 5 comma-separated numbers ax,ay,bx,by,angle, got {}",
+            v.len()
+        )
+    })?;
     if let Some(i) = arr.iter().position(|x| !x.is_finite()) {
         bail!("--init-state: component {i} is not finite");
     }
@@ -50,13 +59,19 @@ fn parse_state(s: &str) -> anyhow::Result<[f64; 5]> {
 }
 
 fn read_actions(path: &PathBuf) -> anyhow::Result<Vec<[f32; 2]>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading actions file {}", path.display()))?;
-    let v: Vec<Vec<f64>> = serde_json::from_str(&text).with_context(|| format!("{}: expected a JSON array of [x, y] pairs", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading actions file {}", path.display()))?;
+    let v: Vec<Vec<f64>> = serde_json::from_str(&text)
+        .with_context(|| format!("{}: expected a JSON array of [x, y] pairs", path.display()))?;
     v.iter()
         .enumerate()
         .map(|(i, a)| match a.as_slice() {
             [x, y] => Ok([*x as f32, *y as f32]),
-            _ => bail!("{}: action {i} has {} values, expected 2 ([x, y])", path.display(), a.len()),
+            _ => bail!(
+                "{}: action {i} has {} values, expected 2 ([x, y])",
+                path.display(),
+                a.len()
+            ),
         })
         .collect()
 }
@@ -78,14 +93,20 @@ pub fn run(args: &SimArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         Some(s) => env.reset_to_state(parse_state(s)?, seed)?,
         None => env.reset(seed),
     };
-    let line = |out: &mut dyn Write, v: serde_json::Value| -> anyhow::Result<()> { Ok(writeln!(out, "{v}")?) };
+    let line = |out: &mut dyn Write, v: serde_json::Value| -> anyhow::Result<()> {
+        Ok(writeln!(out, "{v}")?)
+    };
     if args.json {
         line(out, json!({"step": 0, "state": env.true_state()}))?;
     } else {
         writeln!(out, "step 0: observation {:?}", obs.state)?;
     }
     let mut step = 0usize;
-    let mut report = |env: &PushT, action: [f32; 2], r: &diffrl_core::StepResult, out: &mut dyn Write| -> anyhow::Result<()> {
+    let mut report = |env: &PushT,
+                      action: [f32; 2],
+                      r: &diffrl_core::StepResult,
+                      out: &mut dyn Write|
+     -> anyhow::Result<()> {
         step += 1;
         if args.json {
             line(
@@ -98,7 +119,14 @@ pub fn run(args: &SimArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             Ok(writeln!(
                 out,
                 "step {step:3}: target ({:6.1}, {:6.1})  agent ({:6.1}, {:6.1})  block ({:6.1}, {:6.1}, {:5.3} rad)  coverage {:.3}{}",
-                action[0], action[1], s[0], s[1], s[2], s[3], s[4], r.info.score,
+                action[0],
+                action[1],
+                s[0],
+                s[1],
+                s[2],
+                s[3],
+                s[4],
+                r.info.score,
                 if r.info.success { "  SUCCESS" } else { "" }
             )?)
         }

@@ -80,13 +80,25 @@ impl Default for ExpertConfig {
 
 impl Validate for ExpertConfig {
     fn validate(&self) -> Result<(), Invalid> {
-        ensure(self.horizon >= 1 && self.horizon <= 200, "horizon", "must be in 1..=200")?;
-        ensure(self.recovery_horizon >= 1 && self.recovery_horizon <= 200, "recovery_horizon", "must be in 1..=200")?;
+        ensure(
+            self.horizon >= 1 && self.horizon <= 200,
+            "horizon",
+            "must be in 1..=200",
+        )?;
+        ensure(
+            self.recovery_horizon >= 1 && self.recovery_horizon <= 200,
+            "recovery_horizon",
+            "must be in 1..=200",
+        )?;
         ensure(self.samples >= 2, "samples", "must be at least 2")?;
         ensure(self.iterations >= 1, "iterations", "must be at least 1")?;
         ensure(self.temperature > 0.0, "temperature", "must be > 0")?;
         ensure(self.max_increment > 0.0, "max_increment", "must be > 0")?;
-        ensure(self.noise_min > 0.0 && self.noise_min <= self.noise_max, "noise_min", "must be > 0 and <= noise_max")
+        ensure(
+            self.noise_min > 0.0 && self.noise_min <= self.noise_max,
+            "noise_min",
+            "must be > 0 and <= noise_max",
+        )
     }
 }
 
@@ -94,7 +106,10 @@ impl Validate for ExpertConfig {
 pub fn keypoint_error(block: &Pose) -> f64 {
     let a = geometry::keypoints(block);
     let b = geometry::keypoints(&GOAL);
-    (0..8).map(|i| (a[2 * i] - b[2 * i]).hypot(a[2 * i + 1] - b[2 * i + 1])).sum::<f64>() / 8.0
+    (0..8)
+        .map(|i| (a[2 * i] - b[2 * i]).hypot(a[2 * i + 1] - b[2 * i + 1]))
+        .sum::<f64>()
+        / 8.0
 }
 
 /// Distance from the agent disk's surface to the T (0 when touching).
@@ -125,7 +140,14 @@ impl Expert {
     /// A fresh expert (call [`Expert::reset`] at every episode start).
     pub fn new(config: ExpertConfig, seed: u64) -> Self {
         let plan = vec![[0.0; 2]; config.horizon];
-        Self { config, plan, rng: seeding::rng(seed), best_error: f64::INFINITY, since_improvement: 0, recovery_left: 0 }
+        Self {
+            config,
+            plan,
+            rng: seeding::rng(seed),
+            best_error: f64::INFINITY,
+            since_improvement: 0,
+            recovery_left: 0,
+        }
     }
 
     /// Forgets the plan and stall state; reseeds the noise.
@@ -153,7 +175,11 @@ impl Expert {
         let (horizon, sigma, proximity) = if recovering {
             (cfg.recovery_horizon, cfg.noise_max, 0.0)
         } else {
-            (cfg.horizon, (cfg.noise_gain * err).clamp(cfg.noise_min, cfg.noise_max), cfg.proximity_weight)
+            (
+                cfg.horizon,
+                (cfg.noise_gain * err).clamp(cfg.noise_min, cfg.noise_max),
+                cfg.proximity_weight,
+            )
         };
         self.plan.resize(horizon, [0.0; 2]);
 
@@ -180,15 +206,28 @@ impl Expert {
                     self.plan
                         .iter()
                         .zip(n)
-                        .map(|(p, e)| [(p[0] + e[0]).clamp(-cfg.max_increment, cfg.max_increment), (p[1] + e[1]).clamp(-cfg.max_increment, cfg.max_increment)])
+                        .map(|(p, e)| {
+                            [
+                                (p[0] + e[0]).clamp(-cfg.max_increment, cfg.max_increment),
+                                (p[1] + e[1]).clamp(-cfg.max_increment, cfg.max_increment),
+                            ]
+                        })
                         .collect()
                 })
                 .collect();
-            let costs: Vec<f64> = candidates.par_iter().map(|c| rollout_cost(env, c, proximity, &cfg)).collect();
+            let costs: Vec<f64> = candidates
+                .par_iter()
+                .map(|c| rollout_cost(env, c, proximity, &cfg))
+                .collect();
             let min = costs.iter().copied().fold(f64::INFINITY, f64::min);
             let mean = costs.iter().sum::<f64>() / costs.len() as f64;
-            let std = (costs.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / costs.len() as f64).sqrt().max(1e-9);
-            let weights: Vec<f64> = costs.iter().map(|c| (-(c - min) / std / cfg.temperature).exp()).collect();
+            let std = (costs.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / costs.len() as f64)
+                .sqrt()
+                .max(1e-9);
+            let weights: Vec<f64> = costs
+                .iter()
+                .map(|c| (-(c - min) / std / cfg.temperature).exp())
+                .collect();
             let total: f64 = weights.iter().sum();
             for (t, p) in self.plan.iter_mut().enumerate() {
                 let mut acc = [0.0; 2];
@@ -204,7 +243,10 @@ impl Expert {
         self.plan.remove(0);
         self.plan.push([0.0; 2]);
         let [ax, ay] = env.agent_pos();
-        [(ax + first[0]).clamp(0.0, 512.0) as f32, (ay + first[1]).clamp(0.0, 512.0) as f32]
+        [
+            (ax + first[0]).clamp(0.0, 512.0) as f32,
+            (ay + first[1]).clamp(0.0, 512.0) as f32,
+        ]
     }
 }
 
@@ -215,7 +257,10 @@ fn rollout_cost(env: &PushT, plan: &[[f64; 2]], proximity: f64, cfg: &ExpertConf
     let (mut total, mut weight_sum, mut best) = (0.0, 0.0, f64::INFINITY);
     let last = plan.len() - 1;
     for (t, inc) in plan.iter().enumerate() {
-        target = [(target[0] + inc[0]).clamp(0.0, 512.0), (target[1] + inc[1]).clamp(0.0, 512.0)];
+        target = [
+            (target[0] + inc[0]).clamp(0.0, 512.0),
+            (target[1] + inc[1]).clamp(0.0, 512.0),
+        ];
         sim.advance(target);
         let block = sim.block_pose();
         let err = keypoint_error(&block);
@@ -237,7 +282,11 @@ mod tests {
         assert!(keypoint_error(&GOAL) < 1e-12);
         assert!((keypoint_error(&Pose::new(GOAL.x + 3.0, GOAL.y, GOAL.angle)) - 3.0).abs() < 1e-9);
         let block = Pose::new(200.0, 200.0, 0.0);
-        assert_eq!(agent_block_distance([200.0, 190.0], &block), 0.0, "overlapping");
+        assert_eq!(
+            agent_block_distance([200.0, 190.0], &block),
+            0.0,
+            "overlapping"
+        );
         assert_eq!(agent_block_distance([200.0, 150.0], &block), 35.0);
         assert_eq!(agent_block_distance([200.0, 250.0], &block), 0.0);
     }
