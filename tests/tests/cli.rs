@@ -371,3 +371,23 @@ fn run_config_errors_name_key_and_file() {
     let e = cli(&["run", "/nonexistent/x.toml"]).unwrap_err();
     assert!(e.contains("/nonexistent/x.toml"), "{e}");
 }
+
+#[test]
+fn reads_a_lerobot_written_layout() {
+    // Written by tools/make_lerobot_fixture.py with pyarrow/pandas the way LeRobot writes
+    // lerobot/pusht: 2-d state as list<float>, extra string column, pandas task index.
+    let root = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../assets/testdata/lerobot_v3_fixture"
+    ));
+    let ds = read_dataset(root).unwrap();
+    assert_eq!(ds.len(), 7);
+    assert_eq!(ds.tasks, vec![diffrl_pusht::TASK.to_string()]);
+    assert!(!ds.columns.contains_key("observation.image.path"));
+    let eps = ds.episodes("observation.state").unwrap();
+    assert_eq!(eps.iter().map(|e| e.len()).collect::<Vec<_>>(), vec![4, 3]);
+    assert_eq!(eps[0].observations[0].state.len(), 2);
+    assert!(eps[1].truncated && !eps[1].success());
+    let out = cli(&["inspect", root.to_str().unwrap()]).unwrap();
+    assert!(out.contains("7 frames, 2 episodes"), "{out}");
+}

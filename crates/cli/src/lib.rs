@@ -2,6 +2,7 @@
 //! drive every subcommand in-process.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod config;
 pub mod demos;
 pub mod pipeline;
@@ -65,6 +66,8 @@ pub enum Command {
     },
     /// Step a simulator from a chosen start with given actions or the expert; print each step.
     Sim(sim::SimArgs),
+    /// Time environment steps on one thread (tools/bench_pusht.sh compares with gym-pusht).
+    Bench(bench::BenchArgs),
     /// Read a LeRobot dataset folder and print its summary (checks it end to end).
     Inspect {
         /// Dataset folder.
@@ -125,6 +128,7 @@ where
             Ok(())
         }
         Command::Sim(args) => sim::run(&args, out),
+        Command::Bench(args) => bench::run(&args, out),
         Command::Inspect { dataset } => {
             let ds = diffrl_core::lerobot::read_dataset(&dataset)?;
             let eps = ds.episodes("observation.state")?;
