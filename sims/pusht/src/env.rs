@@ -20,6 +20,10 @@ use crate::render::{Scene, render_rgb};
 pub const SUCCESS_THRESHOLD: f64 = 0.95;
 /// gym-pusht's TimeLimit.
 pub const MAX_EPISODE_STEPS: usize = 300;
+/// Target positions in the arena.
+static ACTION_SPACE: std::sync::LazyLock<BoxSpace> =
+    std::sync::LazyLock::new(|| BoxSpace::uniform(&["x", "y"], 0.0, 512.0));
+
 /// The task instruction stored in datasets.
 pub const TASK: &str = "Push the T-shaped block onto the T-shaped target.";
 
@@ -417,7 +421,7 @@ impl Env for PushT {
     }
 
     fn action_space(&self) -> BoxSpace {
-        BoxSpace::uniform(&["x", "y"], 0.0, 512.0)
+        ACTION_SPACE.clone()
     }
 
     fn max_episode_steps(&self) -> usize {
@@ -445,7 +449,7 @@ impl Env for PushT {
             return Err(EnvError::EpisodeOver);
         }
         let mut a = action.to_vec();
-        let clamped = self.action_space().check_and_clamp(&mut a)?;
+        let clamped = ACTION_SPACE.check_and_clamp(&mut a)?;
         self.advance([a[0] as f64, a[1] as f64]);
         let coverage = self.coverage();
         let reward = (coverage / SUCCESS_THRESHOLD).clamp(0.0, 1.0) as f32;
