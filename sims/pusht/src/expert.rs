@@ -115,16 +115,7 @@ pub fn keypoint_error(block: &Pose) -> f64 {
 
 /// Distance from the agent disk's surface to the T (0 when touching).
 pub fn agent_block_distance(agent: [f64; 2], block: &Pose) -> f64 {
-    // Agent in the block frame.
-    let (s, c) = block.angle.sin_cos();
-    let (dx, dy) = (agent[0] - block.x, agent[1] - block.y);
-    let (lx, ly) = (c * dx + s * dy, -s * dx + c * dy);
-    let rect = |x0: f64, y0: f64, x1: f64, y1: f64| {
-        let ex = (x0 - lx).max(0.0).max(lx - x1);
-        let ey = (y0 - ly).max(0.0).max(ly - y1);
-        ex.hypot(ey)
-    };
-    (rect(-60.0, 0.0, 60.0, 30.0).min(rect(-15.0, 30.0, 15.0, 120.0)) - AGENT_RADIUS).max(0.0)
+    (geometry::distance_to_t(block, agent) - AGENT_RADIUS).max(0.0)
 }
 
 /// The MPPI expert. Deterministic for a given seed and environment state.

@@ -84,6 +84,20 @@ pub fn coverage(block: &Pose, goal: &Pose) -> f64 {
     (inter.unsigned_area() / AREA).clamp(0.0, 1.0)
 }
 
+/// Distance from point `p` to the T at `pose` (0 inside). The T is the union of the bar
+/// (-60, 0)-(60, 30) and the stem (-15, 30)-(15, 120) in the block frame.
+pub fn distance_to_t(pose: &Pose, p: [f64; 2]) -> f64 {
+    let (s, c) = pose.angle.sin_cos();
+    let (dx, dy) = (p[0] - pose.x, p[1] - pose.y);
+    let (lx, ly) = (c * dx + s * dy, -s * dx + c * dy);
+    let rect = |x0: f64, y0: f64, x1: f64, y1: f64| {
+        let ex = (x0 - lx).max(0.0).max(lx - x1);
+        let ey = (y0 - ly).max(0.0).max(ly - y1);
+        ex.hypot(ey)
+    };
+    rect(-60.0, 0.0, 60.0, 30.0).min(rect(-15.0, 30.0, 15.0, 120.0))
+}
+
 /// The 8 corner keypoints in gym-pusht's order, flattened as [x0, y0, x1, y1, ...].
 pub fn keypoints(pose: &Pose) -> [f64; 16] {
     let mut out = [0.0; 16];
@@ -107,6 +121,17 @@ mod tests {
         let shifted = Pose::new(GOAL.x + 1.0, GOAL.y, GOAL.angle);
         let c = coverage(&shifted, &GOAL);
         assert!(c > 0.97 && c < 1.0, "{c}");
+    }
+
+    #[test]
+    fn distance_to_t_is_zero_inside_and_exact_outside() {
+        let p = Pose::new(200.0, 200.0, 0.0);
+        assert_eq!(distance_to_t(&p, [200.0, 210.0]), 0.0);
+        assert_eq!(distance_to_t(&p, [200.0, 150.0]), 50.0);
+        assert_eq!(distance_to_t(&p, [200.0, 330.0]), 10.0);
+        assert!((distance_to_t(&p, [263.0, 234.0]) - 5.0).abs() < 1e-12, "(3, 4) off the bar corner");
+        let rotated = Pose::new(0.0, 0.0, std::f64::consts::FRAC_PI_2);
+        assert!((distance_to_t(&rotated, [-130.0, 0.0]) - 10.0).abs() < 1e-9, "stem tip points along -x");
     }
 
     #[test]

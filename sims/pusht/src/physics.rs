@@ -9,7 +9,7 @@
 
 use rapier2d::prelude::*;
 
-use crate::geometry::{BOUNDING_RADIUS, COG, Pose};
+use crate::geometry::{BOUNDING_RADIUS, COG, OUTLINE, Pose, distance_to_t};
 
 /// Physics constants a user may randomise. Defaults equal gym-pusht 0.1.8.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -209,18 +209,19 @@ impl World {
         }
     }
 
-    /// Whether the agent sweeping from `a` to `b` can come near the block.
+    /// Whether the agent sweeping from `a` to `b` can come near the block. Every point of the
+    /// segment lies within half its length of an endpoint, so the sweep stays clear when both
+    /// endpoints are farther than radius + margin + half the length from the T.
     fn may_touch_block(&self, a: [f64; 2], b: [f64; 2]) -> bool {
-        let [cx, cy] = self.block_pose().apply(COG);
-        let (dx, dy) = (b[0] - a[0], b[1] - a[1]);
-        let len2 = dx * dx + dy * dy;
-        let t = if len2 > 0.0 {
-            (((cx - a[0]) * dx + (cy - a[1]) * dy) / len2).clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        let (qx, qy) = (a[0] + t * dx, a[1] + t * dy);
-        (cx - qx).hypot(cy - qy) < BOUNDING_RADIUS + AGENT_RADIUS + CONTACT_MARGIN
+        let block = self.block_pose();
+        let [cx, cy] = block.apply(COG);
+        let half = 0.5 * (b[0] - a[0]).hypot(b[1] - a[1]);
+        let reach = AGENT_RADIUS + CONTACT_MARGIN + half;
+        // Cheap reject first: both endpoints outside the T's bounding circle by the reach.
+        if (cx - a[0]).hypot(cy - a[1]) > BOUNDING_RADIUS + reach && (cx - b[0]).hypot(cy - b[1]) > BOUNDING_RADIUS + reach {
+            return false;
+        }
+        distance_to_t(&block, a).min(distance_to_t(&block, b)) <= reach
     }
 
     /// Moves the agent to `next` and, when anything may touch the block, steps Rapier.
@@ -262,10 +263,14 @@ impl World {
         b.set_angvel(0.0, false);
     }
 
+    /// Whether any corner of the T is within the margin of a wall's inner face (walls run at
+    /// 5 and 506 px with radius 2).
     fn block_near_wall(&self) -> bool {
-        let [cx, cy] = self.block_pose().apply(COG);
-        let lo = 7.0 + BOUNDING_RADIUS + CONTACT_MARGIN;
-        let hi = 504.0 - BOUNDING_RADIUS - CONTACT_MARGIN;
-        !(lo..=hi).contains(&cx) || !(lo..=hi).contains(&cy)
+        let block = self.block_pose();
+        let (lo, hi) = (7.0 + CONTACT_MARGIN, 504.0 - CONTACT_MARGIN);
+        OUTLINE.iter().any(|&v| {
+            let [x, y] = block.apply(v);
+            x < lo || x > hi || y < lo || y > hi
+        })
     }
 }
