@@ -3,8 +3,8 @@ LeRobot v3.0's writer (HF datasets + pyarrow) lays out lerobot/pusht: a 2-d agen
 state, HF feature metadata, list-typed state column as in converted v2.1 datasets, extra
 columns the reader must skip (an image path string). diffrl's reader must load it.
 
-Usage (the venv comes from tools/check_lerobot_layout.sh):
-  ~/.cache/diffrl/venv-check/bin/python tools/make_lerobot_fixture.py
+Usage:
+  $(tools/venv.sh check) tools/make_lerobot_fixture.py
 """
 
 import json

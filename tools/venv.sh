@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Creates (once) the pinned Python virtualenv used by tools/ scripts and prints its python path.
-# Usage: PY=$(tools/venv.sh)   The venv lives in the cache so repeated runs are fast.
+# Creates (once) a pinned Python virtualenv for tools/ scripts and prints its python path.
+# Usage: PY=$(tools/venv.sh [NAME])  with NAME = pusht (default: gym-pusht peer) or check
+# (pandas/pyarrow readers); the pins are tools/requirements-NAME.txt. The venv lives in the
+# cache so repeated runs are fast, and is rebuilt when the pins change.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+name=${1:-pusht}
+req="$here/requirements-$name.txt"
+[ -f "$req" ] || { echo "no $req" >&2; exit 2; }
 cache=${DIFFRL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/diffrl}
-venv="$cache/venv-pusht"
+venv="$cache/venv-$name"
 stamp="$venv/.requirements"
-if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/requirements-pusht.txt" "$stamp"; then
+if [ ! -x "$venv/bin/python" ] || ! cmp -s "$req" "$stamp"; then
   mkdir -p "$cache"
   python3 -m venv "$venv" >&2
-  "$venv/bin/pip" install --disable-pip-version-check -q -r "$here/requirements-pusht.txt" >&2
-  cp "$here/requirements-pusht.txt" "$stamp"
+  "$venv/bin/pip" install --disable-pip-version-check -q -r "$req" >&2
+  cp "$req" "$stamp"
 fi
 echo "$venv/bin/python"

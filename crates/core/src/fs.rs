@@ -5,16 +5,7 @@ use std::path::Path;
 
 /// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync, then rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    write_atomic_with(path, |f| f.write_all(bytes))
 }
 
 /// Like [`write_atomic`], with the content produced by a writer callback.

@@ -129,9 +129,15 @@ mod tests {
         assert_eq!(distance_to_t(&p, [200.0, 210.0]), 0.0);
         assert_eq!(distance_to_t(&p, [200.0, 150.0]), 50.0);
         assert_eq!(distance_to_t(&p, [200.0, 330.0]), 10.0);
-        assert!((distance_to_t(&p, [263.0, 234.0]) - 5.0).abs() < 1e-12, "(3, 4) off the bar corner");
+        assert!(
+            (distance_to_t(&p, [263.0, 234.0]) - 5.0).abs() < 1e-12,
+            "(3, 4) off the bar corner"
+        );
         let rotated = Pose::new(0.0, 0.0, std::f64::consts::FRAC_PI_2);
-        assert!((distance_to_t(&rotated, [-130.0, 0.0]) - 10.0).abs() < 1e-9, "stem tip points along -x");
+        assert!(
+            (distance_to_t(&rotated, [-130.0, 0.0]) - 10.0).abs() < 1e-9,
+            "stem tip points along -x"
+        );
     }
 
     #[test]

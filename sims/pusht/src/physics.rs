@@ -218,7 +218,9 @@ impl World {
         let half = 0.5 * (b[0] - a[0]).hypot(b[1] - a[1]);
         let reach = AGENT_RADIUS + CONTACT_MARGIN + half;
         // Cheap reject first: both endpoints outside the T's bounding circle by the reach.
-        if (cx - a[0]).hypot(cy - a[1]) > BOUNDING_RADIUS + reach && (cx - b[0]).hypot(cy - b[1]) > BOUNDING_RADIUS + reach {
+        if (cx - a[0]).hypot(cy - a[1]) > BOUNDING_RADIUS + reach
+            && (cx - b[0]).hypot(cy - b[1]) > BOUNDING_RADIUS + reach
+        {
             return false;
         }
         distance_to_t(&block, a).min(distance_to_t(&block, b)) <= reach

@@ -37,6 +37,10 @@ fn coverage_and_reward_match_shapely() {
         assert!((reward - c["reward"].as_f64().unwrap()).abs() < 1e-4 / SUCCESS_THRESHOLD + 1e-12);
         nonzero += (theirs > 0.0) as usize;
     }
+    eprintln!(
+        "{} poses ({nonzero} overlapping the goal): worst coverage error {worst:.2e}",
+        cases.len()
+    );
     assert!(
         nonzero > 400,
         "the vectors exercise partial overlaps ({nonzero})"
@@ -100,6 +104,7 @@ fn free_space_agent_trajectories_match() {
                 .max((got[1] - want[1]).abs());
         }
     }
+    eprintln!("free space: worst agent position error {worst:.2e} px");
     assert!(worst < 1e-3, "worst free-space agent error {worst} px");
 }
 
