@@ -224,11 +224,19 @@ pub fn write_dataset(
         .tempdir_in(parent)
         .map_err(io_err(parent))?;
     write_into(tmp.path(), meta, episodes)?;
-    if out.exists() {
-        std::fs::remove_dir_all(out).map_err(io_err(out))?;
-    }
     let tmp_path = tmp.keep();
+    // Move the old folder aside before renaming the new one in, so that at every moment either
+    // the old or the new dataset is complete on disk.
+    let old = out
+        .exists()
+        .then(|| parent.join(format!(".diffrl-dataset-old-{}", std::process::id())));
+    if let Some(old) = &old {
+        std::fs::rename(out, old).map_err(io_err(out))?;
+    }
     std::fs::rename(&tmp_path, out).map_err(io_err(out))?;
+    if let Some(old) = &old {
+        std::fs::remove_dir_all(old).map_err(io_err(old))?;
+    }
     Ok(())
 }
 

@@ -265,11 +265,12 @@ impl World {
         b.set_angvel(0.0, false);
     }
 
-    /// Whether any corner of the T is within the margin of a wall's inner face (walls run at
-    /// 5 and 506 px with radius 2).
+    /// Whether any corner of the T lies beyond a wall's inner face (walls run at 5 and 506 px
+    /// with radius 2), i.e. the block penetrates a wall and Rapier would push it out. A block
+    /// merely touching a wall has no velocity and nothing pushing it, so it cannot move.
     fn block_near_wall(&self) -> bool {
         let block = self.block_pose();
-        let (lo, hi) = (7.0 + CONTACT_MARGIN, 504.0 - CONTACT_MARGIN);
+        let (lo, hi) = (7.0, 504.0);
         OUTLINE.iter().any(|&v| {
             let [x, y] = block.apply(v);
             x < lo || x > hi || y < lo || y > hi
