@@ -231,7 +231,7 @@ impl World {
     fn substep_physics(&mut self, next: [f64; 2], step_rapier: bool) {
         self.agent_pos = next;
         let next_v = Vec2::new(next[0] as f32, next[1] as f32);
-        if !step_rapier && !self.block_near_wall() {
+        if !step_rapier && !self.block_penetrates_wall() {
             let a = &mut self.bodies[self.agent];
             a.set_position(Pose2::from_translation(next_v), false);
             return;
@@ -268,7 +268,7 @@ impl World {
     /// Whether any corner of the T lies beyond a wall's inner face (walls run at 5 and 506 px
     /// with radius 2), i.e. the block penetrates a wall and Rapier would push it out. A block
     /// merely touching a wall has no velocity and nothing pushing it, so it cannot move.
-    fn block_near_wall(&self) -> bool {
+    fn block_penetrates_wall(&self) -> bool {
         let block = self.block_pose();
         let (lo, hi) = (7.0, 504.0);
         OUTLINE.iter().any(|&v| {
