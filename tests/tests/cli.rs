@@ -161,42 +161,27 @@ fn sim_seeded_reset_and_expert() {
 fn sim_bad_input_gives_clear_errors() {
     let d = tempfile::tempdir().unwrap();
     let acts = d.path().join("acts.json");
-    std::fs::write(&acts, "[[1, 2], [3]]").unwrap();
-    let e = cli(&[
-        "sim",
-        "pusht",
-        "--seed",
-        "0",
-        "--actions",
-        acts.to_str().unwrap(),
-    ])
-    .unwrap_err();
+    let replay = |json: &str| {
+        std::fs::write(&acts, json).unwrap();
+        cli(&[
+            "sim",
+            "pusht",
+            "--seed",
+            "0",
+            "--actions",
+            acts.to_str().unwrap(),
+        ])
+        .unwrap_err()
+    };
+    let e = replay("[[1, 2], [3]]");
     assert!(
         e.contains("action 1 has 1 values") && e.contains("acts.json"),
         "{e}"
     );
-    std::fs::write(&acts, "[[1, 2], [NaN, 3]]").unwrap();
-    let e = cli(&[
-        "sim",
-        "pusht",
-        "--seed",
-        "0",
-        "--actions",
-        acts.to_str().unwrap(),
-    ])
-    .unwrap_err();
+    let e = replay("[[1, 2], [NaN, 3]]");
     assert!(e.contains("acts.json"), "{e}");
     // JSON has no NaN literal, but a huge number overflows f32 to infinity: rejected by the env.
-    std::fs::write(&acts, "[[1, 2], [1e300, 3]]").unwrap();
-    let e = cli(&[
-        "sim",
-        "pusht",
-        "--seed",
-        "0",
-        "--actions",
-        acts.to_str().unwrap(),
-    ])
-    .unwrap_err();
+    let e = replay("[[1, 2], [1e300, 3]]");
     assert!(e.contains("not finite"), "{e}");
     let e = cli(&["sim", "pusht", "--init-state", "1,2,3", "--expert"]).unwrap_err();
     assert!(e.contains("5 comma-separated"), "{e}");

@@ -159,14 +159,26 @@ impl std::fmt::Display for DemoSummary {
     }
 }
 
-/// Writes episodes as a LeRobot dataset with provenance.
+/// Writes episodes (only the successful ones when `only_successful`) as a LeRobot dataset
+/// with provenance; returns how many episodes were written.
 pub fn write(
     out: &Path,
     eps: &[Episode],
     summary: &DemoSummary,
     provenance: serde_json::Value,
+    only_successful: bool,
     overwrite: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<usize> {
+    let kept: Vec<Episode> = eps
+        .iter()
+        .filter(|e| !only_successful || e.success())
+        .cloned()
+        .collect();
+    anyhow::ensure!(
+        !kept.is_empty(),
+        "the expert solved none of the {} episodes, and only successful ones were asked for",
+        eps.len()
+    );
     let meta = DatasetMeta {
         fps: 10,
         robot_type: "2d pointer".into(),
@@ -177,6 +189,7 @@ pub fn write(
         task: TASK.into(),
         provenance: serde_json::json!({"provenance": provenance, "summary": summary}),
     };
-    write_dataset(out, &meta, eps, overwrite)
-        .with_context(|| format!("writing dataset {}", out.display()))
+    write_dataset(out, &meta, &kept, overwrite)
+        .with_context(|| format!("writing dataset {}", out.display()))?;
+    Ok(kept.len())
 }

@@ -105,15 +105,6 @@ where
             let (cfg, _) = config::load(config.as_deref())?;
             let (eps, summary) = demos::generate(&cfg.env, &cfg.expert, episodes, seed, threads)?;
             writeln!(out, "{summary}")?;
-            let kept: Vec<_> = eps
-                .iter()
-                .filter(|e| !only_successful || e.success())
-                .cloned()
-                .collect();
-            anyhow::ensure!(
-                !kept.is_empty(),
-                "no successful episode to write (drop --only-successful)"
-            );
             let command = format!(
                 "diffrl demos pusht --episodes {episodes} --seed {seed}{}",
                 if only_successful {
@@ -123,8 +114,9 @@ where
                 }
             );
             let provenance = serde_json::json!({"command": command, "seed": seed, "env": cfg.env, "expert": cfg.expert, "diffrl_version": env!("CARGO_PKG_VERSION")});
-            demos::write(&dir, &kept, &summary, provenance, overwrite)?;
-            writeln!(out, "wrote {} episodes to {}", kept.len(), dir.display())?;
+            let written =
+                demos::write(&dir, &eps, &summary, provenance, only_successful, overwrite)?;
+            writeln!(out, "wrote {written} episodes to {}", dir.display())?;
             Ok(())
         }
         Command::Sim(args) => sim::run(&args, out),

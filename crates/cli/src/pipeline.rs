@@ -72,17 +72,15 @@ pub fn run(
             cfg.run.seed,
             cfg.run.threads,
         )?;
-        let kept: Vec<_> = eps
-            .iter()
-            .filter(|e| !cfg.demos.only_successful || e.success())
-            .cloned()
-            .collect();
-        anyhow::ensure!(
-            !kept.is_empty(),
-            "the expert solved no episode, and [demos].only_successful is set"
-        );
         let provenance = json!({"command": "diffrl run", "fingerprint": fingerprint, "diffrl_version": env!("CARGO_PKG_VERSION")});
-        demos::write(&demos_dir, &kept, &summary, provenance, true)?;
+        demos::write(
+            &demos_dir,
+            &eps,
+            &summary,
+            provenance,
+            cfg.demos.only_successful,
+            true,
+        )?;
         run.log(&json!({"stage": "demos", "summary": summary}))?;
         Some(serde_json::to_value(&summary)?)
     };
