@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use diffrl_core::ConfigError;
 use diffrl_core::config::{self, Invalid, Validate, ensure};
+use diffrl_learn::bc::BcConfig;
+use diffrl_policy::PolicyConfig;
 use diffrl_pusht::{ExpertConfig, PushTConfig};
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +31,37 @@ pub struct RunConfig {
     /// Demonstration settings.
     #[serde(default)]
     pub demos: DemosSection,
+    /// Policy architecture and diffusion settings.
+    #[serde(default)]
+    pub policy: PolicyConfig,
+    /// Behaviour cloning.
+    #[serde(default)]
+    pub pretrain: BcConfig,
+    /// Evaluation episodes.
+    #[serde(default)]
+    pub eval: EvalSection,
+}
+
+/// `[eval]`: seeded evaluation episodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvalSection {
+    /// Episodes per evaluation.
+    pub episodes: usize,
+    /// Environments stepped in parallel (fixes which seeds are played; see diffrl_learn::eval).
+    pub envs: usize,
+    /// Root seed of evaluation episodes (distinct from training seeds).
+    pub seed: u64,
+}
+
+impl Default for EvalSection {
+    fn default() -> Self {
+        Self {
+            episodes: 100,
+            envs: 10,
+            seed: 1_000_000,
+        }
+    }
 }
 
 fn default_task() -> String {
@@ -68,6 +101,8 @@ pub struct DemosSection {
     pub episodes: usize,
     /// Keep only successful episodes.
     pub only_successful: bool,
+    /// A LeRobot dataset folder to train on instead of recording demos (empty = record).
+    pub dataset: PathBuf,
 }
 
 impl Default for DemosSection {
@@ -75,6 +110,7 @@ impl Default for DemosSection {
         Self {
             episodes: 200,
             only_successful: false,
+            dataset: PathBuf::new(),
         }
     }
 }
@@ -101,7 +137,19 @@ impl Validate for RunConfig {
             "demos.episodes",
             "must be at least 1",
         )?;
+        ensure(
+            self.eval.episodes >= 1,
+            "eval.episodes",
+            "must be at least 1",
+        )?;
+        ensure(
+            (1..=1024).contains(&self.eval.envs),
+            "eval.envs",
+            "must be in 1..=1024",
+        )?;
         self.env.validate().map_err(|e| e.within("env"))?;
+        self.policy.validate().map_err(|e| e.within("policy"))?;
+        self.pretrain.validate().map_err(|e| e.within("pretrain"))?;
         self.expert.validate().map_err(|e| e.within("expert"))
     }
 }
@@ -134,6 +182,9 @@ mod tests {
         assert_eq!(c.expert, ExpertConfig::default());
         assert_eq!(c.demos, DemosSection::default());
         assert_eq!(c.run, RunSection::default());
+        assert_eq!(c.policy, PolicyConfig::default());
+        assert_eq!(c.pretrain, BcConfig::default());
+        assert_eq!(c.eval, EvalSection::default());
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod config;
 pub mod demos;
 pub mod pipeline;
 pub mod sim;
+pub mod train;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -68,6 +69,10 @@ pub enum Command {
     Sim(sim::SimArgs),
     /// Time environment steps on one thread (tools/bench_pusht.sh compares with gym-pusht).
     Bench(bench::BenchArgs),
+    /// Behaviour cloning of the configured policy on a LeRobot dataset folder.
+    Pretrain(train::PretrainArgs),
+    /// Evaluate a policy checkpoint on seeded episodes; writes eval.json.
+    Eval(train::EvalArgs),
     /// Read a LeRobot dataset folder and print its summary (checks it end to end).
     Inspect {
         /// Dataset folder.
@@ -120,6 +125,8 @@ where
             Ok(())
         }
         Command::Sim(args) => sim::run(&args, out),
+        Command::Pretrain(args) => train::pretrain_cmd(&args, out),
+        Command::Eval(args) => train::eval_cmd(&args, out),
         Command::Bench(args) => bench::run(&args, out),
         Command::Inspect { dataset } => {
             let ds = diffrl_core::lerobot::read_dataset(&dataset)?;

@@ -1,0 +1,444 @@
+//! `diffrl pretrain` (behaviour cloning of the configured policy on a LeRobot dataset) and
+//! `diffrl eval` (seeded evaluation of a policy checkpoint in the simulator).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use clap::{Args, ValueEnum};
+use diffrl_core::env::Env;
+use diffrl_core::fs::write_atomic;
+use diffrl_core::lerobot::read_dataset;
+use diffrl_core::vec_env::{AutoReset, VecEnv};
+use diffrl_learn::LearnError;
+use diffrl_learn::bc::{self, BcHooks, BcLog};
+use diffrl_learn::data::{ChunkDataset, fit_normalizers};
+use diffrl_learn::eval::{EvalReport, evaluate};
+use diffrl_policy::{Policy, PolicySpec, SampleMode, checkpoint};
+use diffrl_pusht::PushT;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::config::{self, RunConfig};
+
+/// Runs `$body` with `$B` bound to the autodiff backend of `$dev` and `$device` to its device.
+macro_rules! with_device {
+    ($dev:expr, |$device:ident, $B:ident| $body:expr) => {
+        match $dev {
+            DeviceArg::Cpu => {
+                type $B = diffrl_policy::CpuAutodiff;
+                let $device: burn::tensor::Device<$B> = Default::default();
+                $body
+            }
+            DeviceArg::Cuda => {
+                #[cfg(feature = "cuda")]
+                {
+                    type $B = burn::backend::Autodiff<burn::backend::Cuda>;
+                    let $device: burn::tensor::Device<$B> = Default::default();
+                    $body
+                }
+                #[cfg(not(feature = "cuda"))]
+                {
+                    Err(anyhow::anyhow!(
+                        "--device cuda: this diffrl was built without CUDA; rebuild with \
+                         `cargo build --release -p diffrl-cli --features cuda`"
+                    ))
+                }
+            }
+        }
+    };
+}
+
+/// Where models run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum DeviceArg {
+    /// Pure-Rust CPU backend (Burn Flex).
+    #[default]
+    Cpu,
+    /// NVIDIA GPU through burn-cuda (needs a build with `--features cuda`).
+    Cuda,
+}
+
+/// `diffrl pretrain`.
+#[derive(Debug, Args)]
+pub struct PretrainArgs {
+    /// Run config (TOML); without it, the embedded Push-T config.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// LeRobot dataset folder (default: [demos].dataset, else runs/<name>/demos).
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+    /// Output folder (default: runs/<name>/pretrain).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue from the output folder's train_state (exactly where it stopped).
+    #[arg(long)]
+    pub resume: bool,
+    /// Override [pretrain].steps.
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Override [eval].episodes for the final evaluation (0 = skip it).
+    #[arg(long)]
+    pub eval_episodes: Option<usize>,
+    /// Device.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+}
+
+/// `diffrl eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Policy checkpoint folder (model.safetensors + policy.json).
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// Episodes (default: [eval].episodes).
+    #[arg(long)]
+    pub episodes: Option<usize>,
+    /// Root seed (default: [eval].seed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run config whose [env] and [eval] tables apply.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Where eval.json goes (default: <policy>/../eval.json).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Stochastic chains (eta, min std) instead of deterministic DDIM.
+    #[arg(long)]
+    pub stochastic: bool,
+    /// Device.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+}
+
+/// The policy spec the configured environment produces.
+pub fn env_spec(cfg: &RunConfig) -> anyhow::Result<PolicySpec> {
+    let env = PushT::builder().config(cfg.env.clone()).build();
+    let space = env.observation_space();
+    let state_dim = space.state.as_ref().map_or(0, |s| s.dim());
+    Ok(PolicySpec {
+        state_dim,
+        action_dim: env.action_space().dim(),
+        image: space
+            .image
+            .map(|im| [3, im.height as usize, im.width as usize]),
+    })
+}
+
+fn check_spec(policy: &PolicySpec, env: &PolicySpec, what: &str) -> anyhow::Result<()> {
+    if policy != env {
+        bail!(
+            "{what} expects state dim {}, action dim {}, image {:?}, but the configured \
+             environment gives {}, {}, {:?} (check [env].obs)",
+            policy.state_dim,
+            policy.action_dim,
+            policy.image,
+            env.state_dim,
+            env.action_dim,
+            env.image
+        );
+    }
+    Ok(())
+}
+
+fn vec_env(cfg: &RunConfig, envs: usize) -> VecEnv<PushT> {
+    let worlds = (0..envs)
+        .map(|_| PushT::builder().config(cfg.env.clone()).build())
+        .collect();
+    VecEnv::new(worlds, AutoReset::SameStep, cfg.run.threads)
+}
+
+fn bar(len: u64, template: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb
+}
+
+/// Evaluates `policy` on the configured environment.
+pub fn run_eval<B: Backend>(
+    cfg: &RunConfig,
+    policy: &Policy<B>,
+    device: &B::Device,
+    episodes: usize,
+    seed: u64,
+    mode: SampleMode,
+) -> Result<EvalReport, LearnError> {
+    let mut venv = vec_env(cfg, cfg.eval.envs.min(episodes.max(1)));
+    let pb = bar(
+        episodes as u64,
+        "  eval [{bar:30}] {pos}/{len} episodes {elapsed_precise} (eta {eta})",
+    );
+    let report = evaluate(
+        &mut venv,
+        policy,
+        device,
+        episodes,
+        seed,
+        mode,
+        &mut |d, _| pb.set_position(d as u64),
+    );
+    pb.finish_and_clear();
+    report
+}
+
+struct Hooks<'a> {
+    cfg: &'a RunConfig,
+    pb: ProgressBar,
+    metrics: PathBuf,
+}
+
+impl Hooks<'_> {
+    fn append(&self, v: &serde_json::Value) {
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.metrics)
+        {
+            let _ = writeln!(f, "{v}");
+        }
+    }
+}
+
+impl<B: Backend> BcHooks<B> for Hooks<'_> {
+    fn log(&mut self, l: &BcLog) {
+        self.pb.set_position(l.step as u64);
+        self.pb.set_message(format!(
+            "loss {:.4} lr {:.1e} {:.0} steps/s",
+            l.loss, l.lr, l.steps_per_sec
+        ));
+        self.append(&serde_json::json!({"stage": "pretrain", "train": l}));
+    }
+
+    fn evaluate(
+        &mut self,
+        step: usize,
+        policy: &Policy<B>,
+    ) -> Result<Option<serde_json::Value>, LearnError> {
+        let device = policy_device(policy);
+        let n = self.cfg.pretrain.eval_episodes;
+        if n == 0 {
+            return Ok(None);
+        }
+        let r = self.pb.suspend(|| {
+            run_eval(
+                self.cfg,
+                policy,
+                &device,
+                n,
+                self.cfg.eval.seed,
+                SampleMode::Deterministic,
+            )
+        })?;
+        self.pb.println(format!(
+            "  step {step}: success {:.1}% (95% CI {:.1}-{:.1}%), mean max score {:.3} over {n} episodes",
+            100.0 * r.success_rate,
+            100.0 * r.ci95[0],
+            100.0 * r.ci95[1],
+            r.mean_max_score
+        ));
+        let summary = serde_json::json!({"step": step, "success_rate": r.success_rate, "ci95": r.ci95, "mean_max_score": r.mean_max_score, "mean_length": r.mean_length, "episodes": r.episodes});
+        self.append(&serde_json::json!({"stage": "pretrain", "eval": summary}));
+        Ok(Some(summary))
+    }
+}
+
+fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
+    use burn::module::Module;
+    policy.model.devices().pop().unwrap_or_default()
+}
+
+/// Resolves the dataset folder of a run.
+pub fn dataset_dir(cfg: &RunConfig, arg: Option<&Path>) -> PathBuf {
+    match arg {
+        Some(p) => p.to_path_buf(),
+        None if !cfg.demos.dataset.as_os_str().is_empty() => cfg.demos.dataset.clone(),
+        None => cfg.run.runs_dir.join(&cfg.run.name).join("demos"),
+    }
+}
+
+/// Trains the configured policy; returns the EMA policy's final evaluation (if any).
+pub fn pretrain<B: AutodiffBackend>(
+    cfg: &RunConfig,
+    dataset: &Path,
+    out_dir: &Path,
+    resume: bool,
+    eval_episodes: usize,
+    device: &B::Device,
+    out: &mut dyn Write,
+) -> anyhow::Result<Option<EvalReport>> {
+    let ds = read_dataset(dataset).with_context(|| {
+        format!(
+            "reading the training dataset {} (record one with `diffrl demos pusht --out DIR` \
+             or pass --dataset)",
+            dataset.display()
+        )
+    })?;
+    let episodes = ds.episodes("observation.state")?;
+    let norm = fit_normalizers(&episodes)
+        .with_context(|| format!("checking the dataset {}", dataset.display()))?;
+    let env = env_spec(cfg)?;
+    if env.image.is_some() {
+        bail!(
+            "[env].obs = \"pixels\": the dataset {} holds states only; pixel policies need \
+             image frames in the dataset, which diffrl does not record yet",
+            dataset.display()
+        );
+    }
+    let spec = PolicySpec {
+        state_dim: norm.state.dim(),
+        action_dim: norm.action.dim(),
+        image: None,
+    };
+    check_spec(&spec, &env, &format!("the dataset {}", dataset.display()))?;
+    B::seed(device, cfg.run.seed);
+    let policy = Policy::<B>::new(cfg.policy.clone(), spec, norm, device)?;
+    let data = ChunkDataset::build(
+        &episodes,
+        cfg.policy.obs_horizon,
+        cfg.policy.pred_horizon,
+        &policy.norm,
+    )?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    writeln!(
+        out,
+        "pretrain: {} samples from {} episodes of {}; {:?} policy, {} steps of batch {}",
+        data.len,
+        episodes.len(),
+        dataset.display(),
+        cfg.policy.kind,
+        cfg.pretrain.steps,
+        cfg.pretrain.batch_size
+    )?;
+    let pb = bar(
+        cfg.pretrain.steps as u64,
+        "  pretrain [{bar:30}] {pos}/{len} {msg} {elapsed_precise} (eta {eta})",
+    );
+    let mut hooks = Hooks {
+        cfg,
+        pb: pb.clone(),
+        metrics: out_dir.join("metrics.jsonl"),
+    };
+    let t0 = std::time::Instant::now();
+    let outcome = bc::train(
+        policy,
+        &data,
+        &cfg.pretrain,
+        cfg.run.seed,
+        out_dir,
+        resume,
+        &mut hooks,
+    )?;
+    pb.finish_and_clear();
+    writeln!(
+        out,
+        "pretrain: {} steps in {:.1} s; policy in {}",
+        outcome.steps,
+        t0.elapsed().as_secs_f64(),
+        out_dir.join("policy").display()
+    )?;
+    if eval_episodes == 0 {
+        return Ok(None);
+    }
+    let r = run_eval(
+        cfg,
+        &outcome.policy,
+        &policy_device(&outcome.policy),
+        eval_episodes,
+        cfg.eval.seed,
+        SampleMode::Deterministic,
+    )?;
+    write_report(out_dir.join("eval.json").as_path(), &r)?;
+    print_report(out, &r)?;
+    Ok(Some(r))
+}
+
+fn write_report(path: &Path, r: &EvalReport) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(r)?;
+    write_atomic(path, &json).with_context(|| format!("writing {}", path.display()))
+}
+
+fn print_report(out: &mut dyn Write, r: &EvalReport) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "eval: success {:.1}% ({}/{}; Wilson 95% CI {:.1}-{:.1}%), mean max score {:.3}, mean length {:.1}",
+        100.0 * r.success_rate,
+        r.successes,
+        r.episodes,
+        100.0 * r.ci95[0],
+        100.0 * r.ci95[1],
+        r.mean_max_score,
+        r.mean_length
+    )?;
+    Ok(())
+}
+
+/// `diffrl pretrain`.
+pub fn pretrain_cmd(args: &PretrainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (mut cfg, _) = config::load(args.config.as_deref())?;
+    if let Some(s) = args.steps {
+        anyhow::ensure!(s >= 1, "--steps must be at least 1");
+        cfg.pretrain.steps = s;
+    }
+    let dataset = dataset_dir(&cfg, args.dataset.as_deref());
+    let out_dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| cfg.run.runs_dir.join(&cfg.run.name).join("pretrain"));
+    if !args.resume && out_dir.join("train_state").exists() {
+        bail!(
+            "{} already holds a training run: pass --resume to continue it, or choose another --out",
+            out_dir.display()
+        );
+    }
+    let episodes = args.eval_episodes.unwrap_or(cfg.eval.episodes);
+    with_device!(args.device, |device, B| {
+        pretrain::<B>(
+            &cfg,
+            &dataset,
+            &out_dir,
+            args.resume,
+            episodes,
+            &device,
+            out,
+        )
+    })?;
+    Ok(())
+}
+
+/// `diffrl eval`.
+pub fn eval_cmd(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (cfg, _) = config::load(args.config.as_deref())?;
+    let episodes = args.episodes.unwrap_or(cfg.eval.episodes);
+    anyhow::ensure!(episodes >= 1, "--episodes must be at least 1");
+    let seed = args.seed.unwrap_or(cfg.eval.seed);
+    let mode = if args.stochastic {
+        SampleMode::Stochastic
+    } else {
+        SampleMode::Deterministic
+    };
+    let report = with_device!(args.device, |device, B| {
+        let (policy, _) =
+            checkpoint::load::<<B as AutodiffBackend>::InnerBackend>(&args.policy, &device)
+                .with_context(|| format!("loading the policy {}", args.policy.display()))?;
+        check_spec(
+            &policy.spec,
+            &env_spec(&cfg)?,
+            &format!("the policy {}", args.policy.display()),
+        )?;
+        run_eval(&cfg, &policy, &device, episodes, seed, mode).map_err(anyhow::Error::from)
+    })?;
+    let path = args.out.clone().unwrap_or_else(|| {
+        args.policy
+            .parent()
+            .map_or_else(|| PathBuf::from("eval.json"), |p| p.join("eval.json"))
+    });
+    write_report(&path, &report)?;
+    print_report(out, &report)?;
+    writeln!(out, "wrote {}", path.display())?;
+    Ok(())
+}

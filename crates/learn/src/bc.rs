@@ -1,0 +1,361 @@
+//! Behaviour cloning: AdamW with warmup + cosine learning rate, global-norm gradient clipping,
+//! an EMA of the weights (the EMA is what gets evaluated and exported), periodic evaluation
+//! through a hook, and atomic checkpoints from which `resume` continues exactly.
+//!
+//! Output folder:
+//! - `policy/`: the EMA policy (safetensors + policy.json), rewritten at every checkpoint;
+//! - `train_state/`: online weights, EMA weights and optimiser state (Burn records, MessagePack)
+//!   plus `state.json` (step, config) for exact resumption.
+
+use std::path::Path;
+use std::time::Instant;
+
+use burn::module::{AutodiffModule, Module};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Tensor, TensorData};
+use diffrl_core::config::{Invalid, Validate, ensure};
+use diffrl_core::seeding::{derive, rng};
+use diffrl_policy::checkpoint::{self, write_dir_atomic};
+use diffrl_policy::encoder::ObsTensors;
+use diffrl_policy::{Policy, PolicyModel};
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+
+use crate::LearnError;
+use crate::data::ChunkDataset;
+use crate::optim::{clip_grad_norm, ema_decay, ema_update, lr_at};
+
+/// Behaviour-cloning settings (`[pretrain]` in a run config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BcConfig {
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Samples per step (drawn uniformly with replacement).
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Final learning rate as a fraction of the peak (cosine decay).
+    pub min_lr_ratio: f64,
+    /// Linear warmup steps.
+    pub warmup_steps: usize,
+    /// AdamW decoupled weight decay.
+    pub weight_decay: f64,
+    /// Global gradient-norm clip (0 = off).
+    pub grad_clip: f64,
+    /// Largest EMA decay (the decay warms up as (1 + step) / (10 + step)).
+    pub ema_decay: f64,
+    /// Steps between log lines.
+    pub log_every: usize,
+    /// Steps between evaluations in the simulator (0 = only at the end).
+    pub eval_every: usize,
+    /// Episodes per periodic evaluation.
+    pub eval_episodes: usize,
+    /// Steps between checkpoints.
+    pub checkpoint_every: usize,
+}
+
+impl Default for BcConfig {
+    fn default() -> Self {
+        Self {
+            steps: 20_000,
+            batch_size: 256,
+            lr: 1e-3,
+            min_lr_ratio: 0.01,
+            warmup_steps: 500,
+            weight_decay: 1e-6,
+            grad_clip: 1.0,
+            ema_decay: 0.999,
+            log_every: 100,
+            eval_every: 5_000,
+            eval_episodes: 50,
+            checkpoint_every: 1_000,
+        }
+    }
+}
+
+impl Validate for BcConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(self.steps >= 1, "steps", "must be >= 1")?;
+        ensure(self.batch_size >= 1, "batch_size", "must be >= 1")?;
+        ensure(self.lr > 0.0 && self.lr.is_finite(), "lr", "must be > 0")?;
+        ensure(
+            (0.0..=1.0).contains(&self.min_lr_ratio),
+            "min_lr_ratio",
+            "must be in [0, 1]",
+        )?;
+        ensure(self.weight_decay >= 0.0, "weight_decay", "must be >= 0")?;
+        ensure(self.grad_clip >= 0.0, "grad_clip", "must be >= 0 (0 = off)")?;
+        ensure(
+            (0.0..1.0).contains(&self.ema_decay),
+            "ema_decay",
+            "must be in [0, 1)",
+        )?;
+        ensure(self.log_every >= 1, "log_every", "must be >= 1")?;
+        ensure(
+            self.checkpoint_every >= 1,
+            "checkpoint_every",
+            "must be >= 1",
+        )?;
+        Ok(())
+    }
+}
+
+/// One log line of training.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BcLog {
+    /// Optimiser steps done.
+    pub step: usize,
+    /// Mean loss over the steps since the previous line.
+    pub loss: f64,
+    /// Learning rate of the last step.
+    pub lr: f64,
+    /// Gradient norm before clipping (mean since the previous line).
+    pub grad_norm: f64,
+    /// Steps per second since the previous line.
+    pub steps_per_sec: f64,
+    /// Seconds since this process started training.
+    pub elapsed_s: f64,
+}
+
+/// Callbacks from the training loop (logging, evaluation, interruption).
+pub trait BcHooks<B: Backend> {
+    /// A log line (every `log_every` steps).
+    fn log(&mut self, _line: &BcLog) {}
+    /// Evaluates the EMA policy after `step` steps; the returned JSON is stored with the
+    /// checkpoint metadata.
+    fn evaluate(
+        &mut self,
+        _step: usize,
+        _policy: &Policy<B>,
+    ) -> Result<Option<serde_json::Value>, LearnError> {
+        Ok(None)
+    }
+    /// Whether to stop after the current step (Ctrl-C); a checkpoint is written first.
+    fn should_stop(&self) -> bool {
+        false
+    }
+}
+
+/// Hooks that do nothing.
+pub struct NoHooks;
+impl<B: Backend> BcHooks<B> for NoHooks {}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TrainState {
+    step: usize,
+    seed: u64,
+    config: BcConfig,
+    policy: diffrl_policy::PolicyConfig,
+    dataset_len: usize,
+}
+
+const STATE_DIR: &str = "train_state";
+const POLICY_DIR: &str = "policy";
+
+type Rec = NamedMpkBytesRecorder<FullPrecisionSettings>;
+
+fn recorder_err(what: &str, e: impl std::fmt::Display) -> LearnError {
+    LearnError::Resume(format!("train_state/{what}: {e}"))
+}
+
+/// How training ended.
+pub struct BcOutcome<B: Backend> {
+    /// The EMA policy.
+    pub policy: Policy<B>,
+    /// Steps done in total.
+    pub steps: usize,
+    /// Whether the loop was interrupted before `steps`.
+    pub interrupted: bool,
+}
+
+/// Trains `policy` on `data`; writes checkpoints under `out`. With `resume`, continues from
+/// `out/train_state` when it exists (refusing a state saved with another config).
+pub fn train<B: AutodiffBackend>(
+    mut policy: Policy<B>,
+    data: &ChunkDataset,
+    cfg: &BcConfig,
+    seed: u64,
+    out: &Path,
+    resume: bool,
+    hooks: &mut dyn BcHooks<B::InnerBackend>,
+) -> Result<BcOutcome<B::InnerBackend>, LearnError> {
+    cfg.validate()
+        .map_err(|e| LearnError::Data(format!("pretrain.{}: {}", e.field, e.message)))?;
+    if data.len == 0 {
+        return Err(LearnError::Data("no training samples".into()));
+    }
+    let device = policy_device(&policy);
+    let mut optim = AdamWConfig::new()
+        .with_weight_decay(cfg.weight_decay as f32)
+        .init::<B, PolicyModel<B>>();
+    let mut ema: PolicyModel<B::InnerBackend> = policy.model.valid();
+    let mut start = 0;
+    let state_dir = out.join(STATE_DIR);
+    if resume && state_dir.join("state.json").exists() {
+        let text = std::fs::read_to_string(state_dir.join("state.json")).map_err(|source| {
+            LearnError::Io {
+                path: state_dir.join("state.json"),
+                source,
+            }
+        })?;
+        let st: TrainState =
+            serde_json::from_str(&text).map_err(|e| recorder_err("state.json", e))?;
+        if st.config != *cfg
+            || st.policy != policy.config
+            || st.seed != seed
+            || st.dataset_len != data.len
+        {
+            return Err(LearnError::Resume(format!(
+                "{} was written by a run with another pretrain/policy config, seed or dataset; \
+                 remove it or use another output folder",
+                state_dir.display()
+            )));
+        }
+        let read = |f: &str| {
+            std::fs::read(state_dir.join(f)).map_err(|source| LearnError::Io {
+                path: state_dir.join(f),
+                source,
+            })
+        };
+        let rec = Rec::default();
+        let online = Recorder::<B>::load(&rec, read("online.mpk")?, &device)
+            .map_err(|e| recorder_err("online.mpk", e))?;
+        policy.model = policy.model.clone().load_record(online);
+        let ema_rec = Recorder::<B::InnerBackend>::load(&rec, read("ema.mpk")?, &device)
+            .map_err(|e| recorder_err("ema.mpk", e))?;
+        ema = ema.load_record(ema_rec);
+        let opt = Recorder::<B>::load(&rec, read("optim.mpk")?, &device)
+            .map_err(|e| recorder_err("optim.mpk", e))?;
+        optim = optim.load_record(opt);
+        start = st.step;
+    }
+    let [to, ds] = data.obs_shape;
+    let [tp, da] = data.action_shape;
+    let t0 = Instant::now();
+    let mut window = (0.0f64, 0.0f64, 0usize, Instant::now());
+    let mut step = start;
+    let mut interrupted = false;
+    let mut last_eval: Option<serde_json::Value> = None;
+    while step < cfg.steps {
+        let mut r = rng(derive(seed, step as u64));
+        let idx: Vec<usize> = (0..cfg.batch_size)
+            .map(|_| r.random_range(0..data.len))
+            .collect();
+        let (o, a) = data.gather(&idx);
+        let b = idx.len();
+        let obs = ObsTensors {
+            state: Tensor::<B, 3>::from_data(TensorData::new(o, [b, to, ds]), &device),
+            image: None,
+        };
+        let actions = Tensor::<B, 3>::from_data(TensorData::new(a, [b, tp, da]), &device);
+        let loss = policy.bc_loss(&obs, actions, &mut r);
+        let loss_v = loss.clone().into_scalar().elem::<f64>();
+        if !loss_v.is_finite() {
+            return Err(LearnError::Diverged { step, loss: loss_v });
+        }
+        let mut grads = GradientsParams::from_grads(loss.backward(), &policy.model);
+        let gn = clip_grad_norm(&policy.model, &mut grads, cfg.grad_clip);
+        let lr = lr_at(step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
+        policy.model = optim.step(lr, policy.model.clone(), grads);
+        ema = ema_update(ema, &policy.model.valid(), ema_decay(step, cfg.ema_decay));
+        step += 1;
+        window.0 += loss_v;
+        window.1 += gn;
+        window.2 += 1;
+        if step % cfg.log_every == 0 || step == cfg.steps {
+            let dt = window.3.elapsed().as_secs_f64().max(1e-9);
+            hooks.log(&BcLog {
+                step,
+                loss: window.0 / window.2 as f64,
+                lr,
+                grad_norm: window.1 / window.2 as f64,
+                steps_per_sec: window.2 as f64 / dt,
+                elapsed_s: t0.elapsed().as_secs_f64(),
+            });
+            window = (0.0, 0.0, 0, Instant::now());
+        }
+        let stop = hooks.should_stop();
+        let evaluate = cfg.eval_every > 0 && step % cfg.eval_every == 0 && step < cfg.steps;
+        if evaluate {
+            last_eval = hooks.evaluate(step, &policy.valid().with_model(ema.clone()))?;
+        }
+        if step % cfg.checkpoint_every == 0 || step == cfg.steps || stop {
+            save_state(
+                &policy,
+                &ema,
+                &optim,
+                cfg,
+                seed,
+                data.len,
+                step,
+                out,
+                last_eval.clone(),
+            )?;
+        }
+        if stop {
+            interrupted = step < cfg.steps;
+            break;
+        }
+    }
+    let ema_policy = policy.valid().with_model(ema);
+    Ok(BcOutcome {
+        policy: ema_policy,
+        steps: step,
+        interrupted,
+    })
+}
+
+fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
+    let mut devices = policy.model.devices();
+    devices.pop().unwrap_or_default()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn save_state<B: AutodiffBackend, O: Optimizer<PolicyModel<B>, B>>(
+    policy: &Policy<B>,
+    ema: &PolicyModel<B::InnerBackend>,
+    optim: &O,
+    cfg: &BcConfig,
+    seed: u64,
+    dataset_len: usize,
+    step: usize,
+    out: &Path,
+    eval: Option<serde_json::Value>,
+) -> Result<(), LearnError> {
+    let rec = Rec::default();
+    let online = Recorder::<B>::record(&rec, policy.model.clone().into_record(), ())
+        .map_err(|e| recorder_err("online.mpk", e))?;
+    let ema_bytes = Recorder::<B::InnerBackend>::record(&rec, ema.clone().into_record(), ())
+        .map_err(|e| recorder_err("ema.mpk", e))?;
+    let opt = Recorder::<B>::record(&rec, optim.to_record(), ())
+        .map_err(|e| recorder_err("optim.mpk", e))?;
+    let state = serde_json::to_vec_pretty(&TrainState {
+        step,
+        seed,
+        config: cfg.clone(),
+        policy: policy.config.clone(),
+        dataset_len,
+    })
+    .expect("train state serialises");
+    // The exported EMA policy first: a crash between the two writes leaves a policy that is at
+    // most one checkpoint ahead of the resumable state, never a broken one.
+    let info = serde_json::json!({ "step": step, "seed": seed, "eval": eval });
+    checkpoint::save(
+        &policy.valid().with_model(ema.clone()),
+        &out.join(POLICY_DIR),
+        info,
+    )?;
+    write_dir_atomic(
+        &out.join(STATE_DIR),
+        &[
+            ("online.mpk", &online),
+            ("ema.mpk", &ema_bytes),
+            ("optim.mpk", &opt),
+            ("state.json", &state),
+        ],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! Seeded evaluation of a policy on a vector of environments with receding-horizon execution:
+//! the policy predicts Tp actions, the first Ta are executed, then it is called again. Every
+//! environment that needs a new chunk is served by one batched policy call.
+//!
+//! Episode seeds: environment i plays its k-th episode with `derive(derive(seed, i), k)` (see
+//! `VecEnv`), and the N episodes are split evenly over the environments, so a result depends on
+//! (seed, N, number of environments) only, never on thread timing.
+
+use std::collections::VecDeque;
+
+use burn::tensor::backend::Backend;
+use diffrl_core::env::Env;
+use diffrl_core::episode::wilson_interval;
+use diffrl_core::seeding::{derive, rng};
+use diffrl_core::space::Observation;
+use diffrl_core::vec_env::VecEnv;
+use diffrl_policy::{ObsBatch, Policy, SampleMode};
+use serde::{Deserialize, Serialize};
+
+use crate::LearnError;
+
+/// One evaluated episode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeStats {
+    /// Environment that played it.
+    pub env: usize,
+    /// Its index in that environment's seed stream.
+    pub episode: u64,
+    /// Whether the task succeeded.
+    pub success: bool,
+    /// Highest score reached (Push-T: coverage reward).
+    pub max_score: f32,
+    /// Sum of rewards.
+    pub total_reward: f32,
+    /// Steps taken.
+    pub length: usize,
+}
+
+/// Aggregate results (ALGORITHMS.md §5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    /// Episodes played.
+    pub episodes: usize,
+    /// Successful episodes.
+    pub successes: usize,
+    /// successes / episodes.
+    pub success_rate: f64,
+    /// Wilson 95% interval of the success rate.
+    pub ci95: [f64; 2],
+    /// Mean over episodes of the highest score.
+    pub mean_max_score: f64,
+    /// Mean episode length.
+    pub mean_length: f64,
+    /// Root seed.
+    pub seed: u64,
+    /// Environments run in parallel.
+    pub envs: usize,
+    /// Per-episode results.
+    pub per_episode: Vec<EpisodeStats>,
+}
+
+impl EvalReport {
+    /// Aggregates per-episode results.
+    pub fn from_episodes(per_episode: Vec<EpisodeStats>, seed: u64, envs: usize) -> Self {
+        let n = per_episode.len();
+        let successes = per_episode.iter().filter(|e| e.success).count();
+        let mean = |f: &dyn Fn(&EpisodeStats) -> f64| {
+            if n == 0 {
+                0.0
+            } else {
+                per_episode.iter().map(f).sum::<f64>() / n as f64
+            }
+        };
+        let (lo, hi) = wilson_interval(successes, n, 1.96);
+        Self {
+            episodes: n,
+            successes,
+            success_rate: if n == 0 {
+                0.0
+            } else {
+                successes as f64 / n as f64
+            },
+            ci95: [lo, hi],
+            mean_max_score: mean(&|e| f64::from(e.max_score)),
+            mean_length: mean(&|e| e.length as f64),
+            seed,
+            envs,
+            per_episode,
+        }
+    }
+}
+
+/// Observation history of one environment (the last To observations, oldest first).
+struct History {
+    frames: VecDeque<Observation>,
+    horizon: usize,
+}
+
+impl History {
+    fn new(first: Observation, horizon: usize) -> Self {
+        Self {
+            frames: std::iter::repeat_n(first, horizon).collect(),
+            horizon,
+        }
+    }
+
+    fn push(&mut self, o: Observation) {
+        self.frames.push_back(o);
+        while self.frames.len() > self.horizon {
+            self.frames.pop_front();
+        }
+    }
+}
+
+/// Builds the policy's batch from the histories of environments `idx`.
+fn batch(histories: &[History], idx: &[usize], images: bool) -> ObsBatch {
+    let mut state = Vec::new();
+    let mut image = images.then(Vec::new);
+    for &i in idx {
+        for f in &histories[i].frames {
+            state.extend_from_slice(&f.state);
+            if let (Some(buf), Some(img)) = (image.as_mut(), f.image.as_ref()) {
+                buf.extend_from_slice(&img.data);
+            }
+        }
+    }
+    ObsBatch {
+        batch: idx.len(),
+        state,
+        image,
+    }
+}
+
+/// Plays `episodes` seeded episodes on `venv` (which must auto-reset in the same step) and
+/// reports success with a Wilson interval. `progress(done, total)` is called as episodes end.
+pub fn evaluate<E: Env, B: Backend>(
+    venv: &mut VecEnv<E>,
+    policy: &Policy<B>,
+    device: &B::Device,
+    episodes: usize,
+    seed: u64,
+    mode: SampleMode,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<EvalReport, LearnError> {
+    let n_env = venv.len().min(episodes.max(1));
+    let ta = policy.config.action_horizon;
+    let to = policy.config.obs_horizon;
+    let images = policy.spec.image.is_some();
+    let mut quota: Vec<usize> = (0..venv.len())
+        .map(|i| episodes / n_env + usize::from(i < episodes % n_env))
+        .map(|q| q * usize::from(n_env > 0))
+        .collect();
+    for q in quota.iter_mut().skip(n_env) {
+        *q = 0;
+    }
+    let mut policy_rng = rng(derive(seed, u64::from(u32::MAX)));
+    let first = venv.reset(seed);
+    let mut histories: Vec<History> = first.into_iter().map(|o| History::new(o, to)).collect();
+    let mut queues: Vec<VecDeque<Vec<f32>>> = vec![VecDeque::new(); venv.len()];
+    let mut last: Vec<Vec<f32>> = vec![vec![0.0; policy.spec.action_dim]; venv.len()];
+    let mut current: Vec<EpisodeStats> = (0..venv.len())
+        .map(|i| EpisodeStats {
+            env: i,
+            episode: 0,
+            success: false,
+            max_score: f32::NEG_INFINITY,
+            total_reward: 0.0,
+            length: 0,
+        })
+        .collect();
+    let mut done = Vec::with_capacity(episodes);
+    while quota.iter().any(|&q| q > 0) {
+        let need: Vec<usize> = (0..venv.len())
+            .filter(|&i| quota[i] > 0 && queues[i].is_empty())
+            .collect();
+        if !need.is_empty() {
+            let act = policy.act(
+                None,
+                &batch(&histories, &need, images),
+                mode,
+                false,
+                &mut policy_rng,
+                device,
+            )?;
+            let [tp, da] = policy.chunk();
+            for (j, &i) in need.iter().enumerate() {
+                let chunk = &act.actions[j * tp * da..(j + 1) * tp * da];
+                queues[i].extend(chunk.chunks(da).take(ta).map(<[f32]>::to_vec));
+            }
+        }
+        let actions: Vec<Vec<f32>> = (0..venv.len())
+            .map(|i| match queues[i].pop_front() {
+                Some(a) => {
+                    last[i] = a.clone();
+                    a
+                }
+                // Finished environments idle on their last action; their steps are ignored.
+                None => last[i].clone(),
+            })
+            .collect();
+        let step = venv.step(&actions)?;
+        for i in 0..venv.len() {
+            if quota[i] == 0 {
+                continue;
+            }
+            let c = &mut current[i];
+            c.length += 1;
+            c.total_reward += step.rewards[i];
+            c.max_score = c.max_score.max(step.infos[i].score);
+            c.success |= step.infos[i].success;
+            if step.terminated[i] || step.truncated[i] {
+                let next = EpisodeStats {
+                    env: i,
+                    episode: c.episode + 1,
+                    success: false,
+                    max_score: f32::NEG_INFINITY,
+                    total_reward: 0.0,
+                    length: 0,
+                };
+                done.push(std::mem::replace(c, next));
+                progress(done.len(), episodes);
+                quota[i] -= 1;
+                queues[i].clear();
+                histories[i] = History::new(step.obs[i].clone(), to);
+            } else {
+                histories[i].push(step.obs[i].clone());
+            }
+        }
+    }
+    done.sort_by_key(|e| (e.env, e.episode));
+    Ok(EvalReport::from_episodes(done, seed, n_env))
+}

@@ -1,0 +1,10 @@
+//! Learning on top of diffrl's policies: behaviour cloning from datasets and evaluation in any
+//! environment that implements core's `Env` (the CLI wires concrete simulators in).
+
+pub mod bc;
+pub mod data;
+pub mod error;
+pub mod eval;
+pub mod optim;
+
+pub use error::LearnError;

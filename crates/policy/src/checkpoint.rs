@@ -1,0 +1,185 @@
+//! Policy checkpoints: a folder with `model.safetensors` (weights), `policy.json` (config,
+//! dimensions, normalisers and free-form training metadata). Written to a temporary sibling
+//! folder and renamed into place, so a crash never leaves a half-written checkpoint.
+
+use std::path::{Path, PathBuf};
+
+use burn::store::{ModuleSnapshot, SafetensorsStore};
+use burn::tensor::backend::Backend;
+use serde::{Deserialize, Serialize};
+
+use crate::config::PolicyConfig;
+use crate::error::CheckpointError;
+use crate::policy::{Normalizers, Policy, PolicyModel, PolicySpec};
+
+/// Weights file inside a checkpoint folder.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// Metadata file inside a checkpoint folder.
+pub const META_FILE: &str = "policy.json";
+const FORMAT: u32 = 1;
+
+/// Everything but the weights.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyMeta {
+    /// Checkpoint format version.
+    pub format: u32,
+    /// Policy configuration (architecture and diffusion settings).
+    pub config: PolicyConfig,
+    /// Dimensions.
+    pub spec: PolicySpec,
+    /// Normalisers.
+    pub norm: Normalizers,
+    /// Training metadata (step, dataset, losses, ...), free-form.
+    #[serde(default)]
+    pub info: serde_json::Value,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Serialises the weights of a model to safetensors bytes.
+pub fn weights_to_bytes<B: Backend>(model: &PolicyModel<B>) -> Result<Vec<u8>, String> {
+    let mut store = SafetensorsStore::from_bytes(None);
+    model.save_into(&mut store).map_err(|e| e.to_string())?;
+    store.get_bytes().map_err(|e| e.to_string())
+}
+
+/// Loads safetensors bytes into a model of the same architecture, refusing missing, unused or
+/// mis-shaped tensors.
+pub fn weights_from_bytes<B: Backend>(
+    model: &mut PolicyModel<B>,
+    bytes: Vec<u8>,
+    path: &Path,
+) -> Result<(), CheckpointError> {
+    let mut store = SafetensorsStore::from_bytes(Some(bytes))
+        .validate(true)
+        .allow_partial(true);
+    let result = model.load_from(&mut store).map_err(|e| {
+        let mut message = e.to_string();
+        // burn-store reports shape mismatches as a failed validation, decoding problems
+        // otherwise: the first means "another architecture", the second "corrupt file".
+        let mismatch = message.contains("Mismatch");
+        if message.len() > 600 {
+            message.truncate(600);
+            message.push_str(" ...");
+        }
+        if mismatch {
+            CheckpointError::Mismatch {
+                path: path.to_path_buf(),
+                message,
+            }
+        } else {
+            CheckpointError::Corrupt {
+                path: path.to_path_buf(),
+                message,
+            }
+        }
+    })?;
+    let mut problems = Vec::new();
+    problems.extend(result.errors.iter().map(|e| format!("{e:?}")));
+    problems.extend(result.missing.iter().map(|(p, _)| format!("missing {p}")));
+    problems.extend(result.unused.iter().map(|p| format!("unexpected {p}")));
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        problems.truncate(8);
+        Err(CheckpointError::Mismatch {
+            path: path.to_path_buf(),
+            message: problems.join("; "),
+        })
+    }
+}
+
+/// Writes `policy` to the folder `dir` atomically (replacing an existing checkpoint there).
+pub fn save<B: Backend>(
+    policy: &Policy<B>,
+    dir: &Path,
+    info: serde_json::Value,
+) -> Result<(), CheckpointError> {
+    let meta = PolicyMeta {
+        format: FORMAT,
+        config: policy.config.clone(),
+        spec: policy.spec.clone(),
+        norm: policy.norm.clone(),
+        info,
+    };
+    let weights = weights_to_bytes(&policy.model).map_err(|message| CheckpointError::Corrupt {
+        path: dir.join(WEIGHTS_FILE),
+        message,
+    })?;
+    let json = serde_json::to_vec_pretty(&meta).expect("policy metadata serialises");
+    write_dir_atomic(dir, &[(WEIGHTS_FILE, &weights), (META_FILE, &json)])
+}
+
+/// Writes a folder of files atomically: a temporary sibling, then renames.
+pub fn write_dir_atomic(dir: &Path, files: &[(&str, &[u8])]) -> Result<(), CheckpointError> {
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "checkpoint".into());
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}.tmp"))
+        .tempdir_in(&parent)
+        .map_err(io(&parent))?;
+    for (file, bytes) in files {
+        let p = tmp.path().join(file);
+        std::fs::write(&p, bytes).map_err(io(&p))?;
+    }
+    let tmp = tmp.keep();
+    if dir.exists() {
+        let old = parent.join(format!(".{name}.old-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(dir, &old).map_err(io(dir))?;
+        std::fs::rename(&tmp, dir).map_err(io(dir))?;
+        let _ = std::fs::remove_dir_all(&old);
+    } else {
+        std::fs::rename(&tmp, dir).map_err(io(dir))?;
+    }
+    Ok(())
+}
+
+/// Reads only the metadata of a checkpoint folder.
+pub fn load_meta(dir: &Path) -> Result<PolicyMeta, CheckpointError> {
+    let path = dir.join(META_FILE);
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let meta: PolicyMeta = serde_json::from_str(&text).map_err(|e| CheckpointError::Meta {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    if meta.format != FORMAT {
+        return Err(CheckpointError::Meta {
+            path,
+            message: format!("format {} (this build reads format {FORMAT})", meta.format),
+        });
+    }
+    Ok(meta)
+}
+
+/// Loads a checkpoint folder onto `device`; returns the policy and its training metadata.
+pub fn load<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<(Policy<B>, serde_json::Value), CheckpointError> {
+    let meta = load_meta(dir)?;
+    let meta_path = dir.join(META_FILE);
+    let mut policy = Policy::new(meta.config, meta.spec, meta.norm, device).map_err(|source| {
+        CheckpointError::Policy {
+            path: meta_path,
+            source,
+        }
+    })?;
+    let wpath = dir.join(WEIGHTS_FILE);
+    let bytes = std::fs::read(&wpath).map_err(io(&wpath))?;
+    weights_from_bytes(&mut policy.model, bytes, &wpath)?;
+    Ok((policy, meta.info))
+}

@@ -1,0 +1,351 @@
+//! Policy configuration: every field has a default and is validated before a model is built.
+
+use diffrl_core::config::{Invalid, Validate, ensure};
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::{SamplerKind, ScheduleKind};
+
+/// Which policy family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// Diffusion policy (epsilon prediction) with step-wise reverse-kernel likelihoods.
+    #[default]
+    Diffusion,
+    /// Gaussian MLP policy over the action chunk (baseline).
+    Gaussian,
+}
+
+/// Which denoiser network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DenoiserKind {
+    /// Residual MLP over the flattened chunk (fast; the CPU default).
+    #[default]
+    Mlp,
+    /// 1-D temporal U-Net with FiLM conditioning (the Diffusion Policy architecture).
+    Unet,
+}
+
+/// Element-wise nonlinearity of the MLPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// x * tanh(softplus(x)) (Diffusion Policy's choice).
+    #[default]
+    Mish,
+    /// x * sigmoid(x).
+    Silu,
+    /// max(x, 0).
+    Relu,
+}
+
+/// The whole policy: horizons, encoder, denoiser and diffusion settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// Policy family.
+    pub kind: PolicyKind,
+    /// Observation horizon To: how many past observations are stacked.
+    pub obs_horizon: usize,
+    /// Prediction horizon Tp: actions per predicted chunk.
+    pub pred_horizon: usize,
+    /// Executed horizon Ta: actions executed before the policy is called again (Ta <= Tp).
+    pub action_horizon: usize,
+    /// Observation encoder.
+    pub encoder: EncoderConfig,
+    /// Denoiser network (diffusion) or mean network (Gaussian).
+    pub denoiser: DenoiserConfig,
+    /// Diffusion process, sampling and likelihood settings.
+    pub diffusion: DiffusionConfig,
+    /// Gaussian policy settings.
+    pub gaussian: GaussianConfig,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        Self {
+            kind: PolicyKind::Diffusion,
+            obs_horizon: 2,
+            pred_horizon: 16,
+            action_horizon: 8,
+            encoder: EncoderConfig::default(),
+            denoiser: DenoiserConfig::default(),
+            diffusion: DiffusionConfig::default(),
+            gaussian: GaussianConfig::default(),
+        }
+    }
+}
+
+/// Observation encoders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EncoderConfig {
+    /// Hidden widths of the state MLP; empty = the normalised state history is the condition.
+    pub state_hidden: Vec<usize>,
+    /// Output width of the state MLP (ignored when `state_hidden` is empty).
+    pub state_out: usize,
+    /// Image encoder (used only for pixel observations).
+    pub image: ImageEncoderConfig,
+}
+
+impl Default for EncoderConfig {
+    fn default() -> Self {
+        Self {
+            state_hidden: Vec::new(),
+            state_out: 64,
+            image: ImageEncoderConfig::default(),
+        }
+    }
+}
+
+/// Small ResNet-style CNN with GroupNorm and a spatial-softmax head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImageEncoderConfig {
+    /// Channels of each residual stage (each stage halves the resolution).
+    pub channels: Vec<usize>,
+    /// GroupNorm groups (must divide every channel count).
+    pub groups: usize,
+    /// Keypoints of the spatial-softmax head (2 features each).
+    pub keypoints: usize,
+    /// Output feature width per frame.
+    pub out_dim: usize,
+}
+
+impl Default for ImageEncoderConfig {
+    fn default() -> Self {
+        Self {
+            channels: vec![16, 32, 64],
+            groups: 8,
+            keypoints: 32,
+            out_dim: 64,
+        }
+    }
+}
+
+/// Denoiser network settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DenoiserConfig {
+    /// Architecture.
+    pub kind: DenoiserKind,
+    /// Residual MLP width.
+    pub hidden: usize,
+    /// Residual MLP blocks (two linear layers each).
+    pub blocks: usize,
+    /// Sinusoidal step-embedding width.
+    pub step_embed_dim: usize,
+    /// Nonlinearity.
+    pub activation: Activation,
+    /// U-Net channel widths per level.
+    pub unet_down_dims: Vec<usize>,
+    /// U-Net temporal kernel size (odd).
+    pub unet_kernel: usize,
+    /// U-Net GroupNorm groups.
+    pub unet_groups: usize,
+}
+
+impl Default for DenoiserConfig {
+    fn default() -> Self {
+        Self {
+            kind: DenoiserKind::Mlp,
+            hidden: 256,
+            blocks: 3,
+            step_embed_dim: 32,
+            activation: Activation::Mish,
+            unet_down_dims: vec![64, 128, 256],
+            unet_kernel: 5,
+            unet_groups: 8,
+        }
+    }
+}
+
+/// Diffusion process (ALGORITHMS.md §1–2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiffusionConfig {
+    /// Beta schedule.
+    pub schedule: ScheduleKind,
+    /// Training steps T of the forward process.
+    pub train_steps: usize,
+    /// Chain length K: reverse steps per policy call (DDPM requires K = T).
+    pub denoising_steps: usize,
+    /// Reverse sampler.
+    pub sampler: SamplerKind,
+    /// DDIM eta while collecting stochastic rollouts (1 = DDPM-like variance).
+    pub eta: f64,
+    /// DDIM eta for deterministic evaluation (0 = deterministic DDIM).
+    pub eval_eta: f64,
+    /// x0 estimates are clamped to [-clip_x0, clip_x0] (actions are normalised to [-1, 1]).
+    pub clip_x0: f64,
+    /// Floor on the sampling standard deviation in stochastic rollouts.
+    pub min_sampling_std: f64,
+    /// Floor on the standard deviation used for log-likelihoods.
+    pub min_logprob_std: f64,
+    /// Per-element log-prob clamp [lo, hi], applied before reduction.
+    pub logprob_clamp: [f64; 2],
+    /// Sampling noise is clipped to +-noise_clip standard deviations.
+    pub noise_clip: f64,
+    /// K': the last K' denoising steps use the trainable network (0 = all K).
+    pub ft_denoising_steps: usize,
+}
+
+impl Default for DiffusionConfig {
+    fn default() -> Self {
+        Self {
+            schedule: ScheduleKind::Cosine,
+            train_steps: 100,
+            denoising_steps: 10,
+            sampler: SamplerKind::Ddim,
+            eta: 1.0,
+            eval_eta: 0.0,
+            clip_x0: 1.0,
+            min_sampling_std: 0.1,
+            min_logprob_std: 0.1,
+            logprob_clamp: [-5.0, 2.0],
+            noise_clip: 3.0,
+            ft_denoising_steps: 0,
+        }
+    }
+}
+
+impl DiffusionConfig {
+    /// K' resolved (0 means every step).
+    pub fn ft_steps(&self) -> usize {
+        if self.ft_denoising_steps == 0 {
+            self.denoising_steps
+        } else {
+            self.ft_denoising_steps
+        }
+    }
+}
+
+/// Gaussian MLP policy settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GaussianConfig {
+    /// Hidden widths of the mean network.
+    pub hidden: Vec<usize>,
+    /// Initial standard deviation (state-independent, learned, in normalised action units).
+    pub init_std: f64,
+    /// Floor on the standard deviation.
+    pub min_std: f64,
+}
+
+impl Default for GaussianConfig {
+    fn default() -> Self {
+        Self {
+            hidden: vec![256, 256, 256],
+            init_std: 0.1,
+            min_std: 0.01,
+        }
+    }
+}
+
+impl Validate for PolicyConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(self.obs_horizon >= 1, "obs_horizon", "must be >= 1")?;
+        ensure(self.pred_horizon >= 1, "pred_horizon", "must be >= 1")?;
+        ensure(
+            (1..=self.pred_horizon).contains(&self.action_horizon),
+            "action_horizon",
+            format!("must be in 1..=pred_horizon ({})", self.pred_horizon),
+        )?;
+        let e = &self.encoder;
+        ensure(
+            e.state_hidden.is_empty() || e.state_out >= 1,
+            "encoder.state_out",
+            "must be >= 1",
+        )?;
+        let im = &e.image;
+        ensure(
+            !im.channels.is_empty(),
+            "encoder.image.channels",
+            "must not be empty",
+        )?;
+        ensure(
+            im.groups >= 1 && im.channels.iter().all(|c| c % im.groups == 0),
+            "encoder.image.groups",
+            format!("must divide every channel count {:?}", im.channels),
+        )?;
+        ensure(im.keypoints >= 1, "encoder.image.keypoints", "must be >= 1")?;
+        ensure(im.out_dim >= 1, "encoder.image.out_dim", "must be >= 1")?;
+        let d = &self.denoiser;
+        ensure(d.hidden >= 1, "denoiser.hidden", "must be >= 1")?;
+        ensure(
+            d.step_embed_dim >= 4 && d.step_embed_dim % 2 == 0,
+            "denoiser.step_embed_dim",
+            "must be even and >= 4",
+        )?;
+        ensure(
+            !d.unet_down_dims.is_empty(),
+            "denoiser.unet_down_dims",
+            "must not be empty",
+        )?;
+        ensure(
+            d.unet_kernel % 2 == 1,
+            "denoiser.unet_kernel",
+            "must be odd",
+        )?;
+        ensure(
+            d.unet_groups >= 1 && d.unet_down_dims.iter().all(|c| c % d.unet_groups == 0),
+            "denoiser.unet_groups",
+            format!("must divide every U-Net width {:?}", d.unet_down_dims),
+        )?;
+        let f = &self.diffusion;
+        ensure(f.train_steps >= 1, "diffusion.train_steps", "must be >= 1")?;
+        ensure(
+            (1..=f.train_steps).contains(&f.denoising_steps),
+            "diffusion.denoising_steps",
+            format!("K must be in 1..=train_steps ({})", f.train_steps),
+        )?;
+        ensure(
+            f.train_steps % f.denoising_steps == 0,
+            "diffusion.denoising_steps",
+            format!(
+                "K = {} must divide train_steps = {} (leading-spaced DDIM)",
+                f.denoising_steps, f.train_steps
+            ),
+        )?;
+        ensure(
+            f.sampler != SamplerKind::Ddpm || f.denoising_steps == f.train_steps,
+            "diffusion.sampler",
+            "ddpm steps through every training step: set denoising_steps = train_steps or use ddim",
+        )?;
+        ensure(
+            f.ft_denoising_steps <= f.denoising_steps,
+            "diffusion.ft_denoising_steps",
+            format!(
+                "K' = {} exceeds the chain length K = {}",
+                f.ft_denoising_steps, f.denoising_steps
+            ),
+        )?;
+        for (name, v) in [("eta", f.eta), ("eval_eta", f.eval_eta)] {
+            ensure(
+                (0.0..=1.0).contains(&v),
+                &format!("diffusion.{name}"),
+                "must be in [0, 1]",
+            )?;
+        }
+        ensure(f.clip_x0 > 0.0, "diffusion.clip_x0", "must be > 0")?;
+        ensure(
+            f.min_sampling_std >= 0.0 && f.min_logprob_std > 0.0,
+            "diffusion.min_logprob_std",
+            "min_logprob_std must be > 0 and min_sampling_std >= 0",
+        )?;
+        ensure(
+            f.logprob_clamp[0] < f.logprob_clamp[1],
+            "diffusion.logprob_clamp",
+            "needs lo < hi",
+        )?;
+        ensure(f.noise_clip > 0.0, "diffusion.noise_clip", "must be > 0")?;
+        let g = &self.gaussian;
+        ensure(
+            g.init_std > 0.0 && g.min_std > 0.0 && g.min_std <= g.init_std,
+            "gaussian.init_std",
+            "needs 0 < min_std <= init_std",
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,305 @@
+//! The diffusion policy: epsilon-prediction training loss, reverse chains with per-step
+//! Gaussian log-likelihoods, and their recomputation under new parameters (ALGORITHMS.md §1–2).
+//!
+//! All tensors of the chain live in normalised action space ([-1, 1]). Random numbers are drawn
+//! on the host from diffrl's seeded RNG, so a chain depends only on the seed, never on the
+//! backend's generator or thread timing.
+
+use burn::module::Module;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
+use diffrl_core::seeding::Rng;
+use rand::Rng as _;
+use rand_distr::StandardNormal;
+
+use crate::config::{DenoiserConfig, DiffusionConfig, EncoderConfig};
+use crate::denoiser::Denoiser;
+use crate::encoder::{ImageShape, ObsEncoder, ObsTensors};
+use crate::schedule::{Schedule, StepCoeffs, q_sample_coeffs, step_coeffs};
+
+const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
+
+/// Encoder + denoiser: the trainable part of a diffusion policy.
+#[derive(Module, Debug)]
+pub struct DiffusionModel<B: Backend> {
+    /// Observation encoder.
+    pub encoder: ObsEncoder<B>,
+    /// Noise predictor.
+    pub denoiser: Denoiser<B>,
+}
+
+impl<B: Backend> DiffusionModel<B> {
+    /// Builds the networks for the given dimensions.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        obs_horizon: usize,
+        state_dim: usize,
+        image: Option<ImageShape>,
+        pred_horizon: usize,
+        action_dim: usize,
+        encoder: &EncoderConfig,
+        denoiser: &DenoiserConfig,
+        device: &B::Device,
+    ) -> Self {
+        let encoder = ObsEncoder::new(
+            obs_horizon,
+            state_dim,
+            image,
+            encoder,
+            denoiser.activation,
+            device,
+        );
+        let denoiser = Denoiser::new(
+            pred_horizon,
+            action_dim,
+            encoder.out_dim(),
+            denoiser,
+            device,
+        );
+        Self { encoder, denoiser }
+    }
+}
+
+/// How a chain is sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleMode {
+    /// Deterministic evaluation: `eval_eta` coefficients and no noise (temperature 0).
+    Deterministic,
+    /// Stochastic rollouts: `eta` coefficients, std = max(sigma, min_sampling_std), clipped noise.
+    Stochastic,
+}
+
+/// A sampled chain: the action chunk and, on request, x_K..x_0 with per-step log-probs.
+#[derive(Debug, Clone)]
+pub struct ChainSample<B: Backend> {
+    /// x_0: [B, Tp, Da], normalised.
+    pub actions: Tensor<B, 3>,
+    /// x_K..x_0: [B, K + 1, Tp, Da] (when requested).
+    pub chain: Option<Tensor<B, 4>>,
+    /// log pi(x_{k-1} | x_k, s) per step: [B, K] (when requested).
+    pub logp: Option<Tensor<B, 2>>,
+}
+
+/// The diffusion process: schedule, precomputed step coefficients and likelihood settings.
+#[derive(Debug, Clone)]
+pub struct DiffusionProcess {
+    cfg: DiffusionConfig,
+    action_horizon: usize,
+    sqrt_abar: Vec<f64>,
+    sqrt_one_minus_abar: Vec<f64>,
+    rollout: Vec<StepCoeffs>,
+    eval: Vec<StepCoeffs>,
+}
+
+impl DiffusionProcess {
+    /// Precomputes everything the chain needs; `action_horizon` (Ta) sets the log-prob reduction.
+    pub fn new(cfg: &DiffusionConfig, action_horizon: usize) -> Self {
+        let schedule = Schedule::new(cfg.schedule, cfg.train_steps);
+        let (sqrt_abar, sqrt_one_minus_abar) = q_sample_coeffs(&schedule);
+        Self {
+            rollout: step_coeffs(&schedule, cfg.sampler, cfg.denoising_steps, cfg.eta),
+            eval: step_coeffs(&schedule, cfg.sampler, cfg.denoising_steps, cfg.eval_eta),
+            cfg: cfg.clone(),
+            action_horizon,
+            sqrt_abar,
+            sqrt_one_minus_abar,
+        }
+    }
+
+    /// Chain length K.
+    pub fn steps(&self) -> usize {
+        self.rollout.len()
+    }
+
+    /// K': how many final steps are fine-tuned.
+    pub fn ft_steps(&self) -> usize {
+        self.cfg.ft_steps()
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &DiffusionConfig {
+        &self.cfg
+    }
+
+    /// Coefficients of the stochastic (rollout) chain, noisiest step first.
+    pub fn rollout_coeffs(&self) -> &[StepCoeffs] {
+        &self.rollout
+    }
+
+    /// Standard deviation used for likelihoods at a step.
+    fn logprob_std(&self, c: &StepCoeffs) -> f64 {
+        c.sigma.max(self.cfg.min_logprob_std)
+    }
+
+    /// Behaviour-cloning loss: mean squared error of the predicted noise at uniformly drawn
+    /// timesteps (ALGORITHMS.md §1). `actions`: [B, Tp, Da] normalised.
+    pub fn bc_loss<B: Backend>(
+        &self,
+        model: &DiffusionModel<B>,
+        obs: &ObsTensors<B>,
+        actions: Tensor<B, 3>,
+        rng: &mut Rng,
+    ) -> Tensor<B, 1> {
+        let [b, tp, da] = actions.dims();
+        let device = actions.device();
+        let t: Vec<usize> = (0..b)
+            .map(|_| rng.random_range(0..self.cfg.train_steps))
+            .collect();
+        let col = |v: &Vec<f64>| {
+            let data: Vec<f32> = t.iter().map(|&i| v[i] as f32).collect();
+            Tensor::<B, 1>::from_data(TensorData::new(data, [b]), &device).reshape([b, 1, 1])
+        };
+        let (sa, s1a) = (col(&self.sqrt_abar), col(&self.sqrt_one_minus_abar));
+        let eps = normal_tensor::<B, 3>(rng, [b, tp, da], None, &device);
+        let x_t = actions * sa + eps.clone() * s1a;
+        let t_f = Tensor::<B, 1>::from_data(
+            TensorData::new(t.iter().map(|&i| i as f32).collect::<Vec<_>>(), [b]),
+            &device,
+        );
+        let cond = model.encoder.forward(obs);
+        let pred = model.denoiser.forward(x_t, t_f, cond);
+        (pred - eps).square().mean()
+    }
+
+    /// Samples a chain for a batch of observations. Steps before the last K' use `frozen` when
+    /// given (the pretrained copy during fine-tuning), the rest use `model`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample<B: Backend>(
+        &self,
+        model: &DiffusionModel<B>,
+        frozen: Option<&DiffusionModel<B>>,
+        obs: &ObsTensors<B>,
+        dims: [usize; 3],
+        mode: SampleMode,
+        record: bool,
+        rng: &mut Rng,
+    ) -> ChainSample<B> {
+        let device = obs.state.device();
+        let coeffs = match mode {
+            SampleMode::Deterministic => &self.eval,
+            SampleMode::Stochastic => &self.rollout,
+        };
+        let k_total = coeffs.len();
+        let first_ft = k_total - self.ft_steps();
+        let cond = model.encoder.forward(obs);
+        let frozen = frozen.filter(|_| first_ft > 0);
+        let frozen_cond = frozen.map(|f| f.encoder.forward(obs));
+        let mut x = normal_tensor::<B, 3>(rng, dims, None, &device);
+        let mut xs = Vec::with_capacity(if record { k_total + 1 } else { 0 });
+        let mut logps = Vec::with_capacity(if record { k_total } else { 0 });
+        if record {
+            xs.push(x.clone());
+        }
+        for (i, c) in coeffs.iter().enumerate() {
+            let (net, cond) = match (frozen, &frozen_cond) {
+                (Some(f), Some(fc)) if i < first_ft => (f, fc.clone()),
+                _ => (model, cond.clone()),
+            };
+            let t = Tensor::<B, 1>::full([dims[0]], c.t as f32, &device);
+            let eps = net.denoiser.forward(x.clone(), t, cond);
+            let mu = self.mean(x, eps, c);
+            let next = match mode {
+                SampleMode::Deterministic => mu.clone(),
+                SampleMode::Stochastic => {
+                    let std = c.sigma.max(self.cfg.min_sampling_std);
+                    let z = normal_tensor::<B, 3>(rng, dims, Some(self.cfg.noise_clip), &device);
+                    mu.clone() + z * std
+                }
+            };
+            if record {
+                logps.push(self.logp(next.clone(), mu, c));
+                xs.push(next.clone());
+            }
+            x = next;
+        }
+        ChainSample {
+            actions: x,
+            chain: record.then(|| Tensor::stack(xs, 1)),
+            logp: record.then(|| Tensor::stack(logps, 1)),
+        }
+    }
+
+    /// Recomputes log pi(x_{k-1} | x_k, s) of the last `K'` steps of stored chains under
+    /// `model` (differentiable when `B` is an autodiff backend). `chain`: [B, K + 1, Tp, Da].
+    /// Returns [B, K'], step i of the result being chain step K - K' + i.
+    pub fn chain_logprobs<B: Backend>(
+        &self,
+        model: &DiffusionModel<B>,
+        obs: &ObsTensors<B>,
+        chain: Tensor<B, 4>,
+    ) -> Tensor<B, 2> {
+        let [b, kp1, tp, da] = chain.dims();
+        let k_total = self.rollout.len();
+        debug_assert_eq!(kp1, k_total + 1);
+        let device = chain.device();
+        let first_ft = k_total - self.ft_steps();
+        let cond = model.encoder.forward(obs);
+        let mut out = Vec::with_capacity(self.ft_steps());
+        for (i, c) in self.rollout.iter().enumerate().skip(first_ft) {
+            let x = chain.clone().narrow(1, i, 1).reshape([b, tp, da]);
+            let next = chain.clone().narrow(1, i + 1, 1).reshape([b, tp, da]);
+            let t = Tensor::<B, 1>::full([b], c.t as f32, &device);
+            let eps = model.denoiser.forward(x.clone(), t, cond.clone());
+            out.push(self.logp(next, self.mean(x, eps, c), c));
+        }
+        Tensor::stack(out, 1)
+    }
+
+    /// mu = c_x0 * clamp(x0_hat) + c_xt * x.
+    fn mean<B: Backend>(&self, x: Tensor<B, 3>, eps: Tensor<B, 3>, c: &StepCoeffs) -> Tensor<B, 3> {
+        let clip = self.cfg.clip_x0;
+        let x0 = ((x.clone() - eps * c.sqrt_one_minus_abar) / c.sqrt_abar).clamp(-clip, clip);
+        x0 * c.c_x0 + x * c.c_xt
+    }
+
+    /// Per-sample log-prob of one reverse step (see [`step_logp`]).
+    fn logp<B: Backend>(
+        &self,
+        next: Tensor<B, 3>,
+        mu: Tensor<B, 3>,
+        c: &StepCoeffs,
+    ) -> Tensor<B, 1> {
+        step_logp(
+            next,
+            mu,
+            self.logprob_std(c),
+            self.action_horizon,
+            self.cfg.logprob_clamp,
+        )
+    }
+}
+
+/// log N(next; mu, std^2) per element, clamped to `clamp` per element, then averaged over the
+/// first `ta` actions and every action dimension: [B, Tp, Da] -> [B] (ALGORITHMS.md §2).
+pub fn step_logp<B: Backend>(
+    next: Tensor<B, 3>,
+    mu: Tensor<B, 3>,
+    std: f64,
+    ta: usize,
+    clamp: [f64; 2],
+) -> Tensor<B, 1> {
+    let [b, tp, _] = next.dims();
+    let z = (next - mu) / std;
+    let lp = (z.square() * -0.5 - (std.ln() + HALF_LN_2PI)).clamp(clamp[0], clamp[1]);
+    lp.narrow(1, 0, ta.min(tp)).mean_dims(&[1, 2]).reshape([b])
+}
+
+/// Standard-normal samples drawn from `rng` (clipped to +-clip when given) as a tensor.
+pub fn normal_tensor<B: Backend, const D: usize>(
+    rng: &mut Rng,
+    dims: [usize; D],
+    clip: Option<f64>,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let n: usize = dims.iter().product();
+    let data: Vec<f32> = (0..n)
+        .map(|_| {
+            let z: f64 = rng.sample(StandardNormal);
+            match clip {
+                Some(c) => z.clamp(-c, c) as f32,
+                None => z as f32,
+            }
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(data, dims), device)
+}

@@ -1,0 +1,95 @@
+//! Observation encoders: the stacked state history (optionally through an MLP) and, for pixel
+//! observations, a CNN per frame. Output: one condition vector per batch element.
+
+use burn::module::Module;
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+
+use crate::config::{Activation, EncoderConfig};
+use crate::nn::{Mlp, activate};
+use crate::vision::ImageEncoder;
+
+/// What the policy observes, in the shapes the networks need (already normalised).
+#[derive(Debug, Clone)]
+pub struct ObsTensors<B: Backend> {
+    /// [B, To, Ds] normalised state history.
+    pub state: Tensor<B, 3>,
+    /// [B, To, C, H, W] images scaled to [0, 1], when the policy uses pixels.
+    pub image: Option<Tensor<B, 5>>,
+}
+
+/// State MLP + optional image CNN.
+#[derive(Module, Debug)]
+pub struct ObsEncoder<B: Backend> {
+    state_mlp: Option<Mlp<B>>,
+    image: Option<ImageEncoder<B>>,
+    #[module(skip)]
+    act: Activation,
+    #[module(skip)]
+    out_dim: usize,
+}
+
+/// Image geometry seen by the encoder: channels, height, width.
+pub type ImageShape = (usize, usize, usize);
+
+impl<B: Backend> ObsEncoder<B> {
+    /// An encoder for `obs_horizon` stacked states of `state_dim` (and images of `image`).
+    pub fn new(
+        obs_horizon: usize,
+        state_dim: usize,
+        image: Option<ImageShape>,
+        cfg: &EncoderConfig,
+        act: Activation,
+        device: &B::Device,
+    ) -> Self {
+        let flat = obs_horizon * state_dim;
+        let (state_mlp, state_out) = if cfg.state_hidden.is_empty() {
+            (None, flat)
+        } else {
+            let mut widths = vec![flat];
+            widths.extend(&cfg.state_hidden);
+            widths.push(cfg.state_out);
+            (Some(Mlp::new(&widths, act, device)), cfg.state_out)
+        };
+        let image = image.map(|(c, h, w)| ImageEncoder::new(c, h, w, &cfg.image, device));
+        let image_out = if image.is_some() {
+            obs_horizon * cfg.image.out_dim
+        } else {
+            0
+        };
+        Self {
+            state_mlp,
+            image,
+            act,
+            out_dim: state_out + image_out,
+        }
+    }
+
+    /// Width of the condition vector.
+    pub fn out_dim(&self) -> usize {
+        self.out_dim
+    }
+
+    /// Whether the encoder expects images.
+    pub fn uses_images(&self) -> bool {
+        self.image.is_some()
+    }
+
+    /// [B, cond_dim] condition.
+    pub fn forward(&self, obs: &ObsTensors<B>) -> Tensor<B, 2> {
+        let [b, to, ds] = obs.state.dims();
+        let mut cond = obs.state.clone().reshape([b, to * ds]);
+        if let Some(mlp) = &self.state_mlp {
+            cond = activate(self.act, mlp.forward(cond));
+        }
+        match (&self.image, &obs.image) {
+            (Some(enc), Some(img)) => {
+                let [b, to, c, h, w] = img.dims();
+                let feats = enc.forward(img.clone().reshape([b * to, c, h, w]));
+                let d = feats.dims()[1];
+                Tensor::cat(vec![cond, feats.reshape([b, to * d])], 1)
+            }
+            _ => cond,
+        }
+    }
+}

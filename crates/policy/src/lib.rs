@@ -1,0 +1,28 @@
+//! Diffusion and Gaussian policies written in Burn, with the exact Gaussian log-likelihood of
+//! every reverse denoising step (the two-level MDP of ALGORITHMS.md §2), and their checkpoints.
+//!
+//! Nothing here knows about a particular task: dimensions come from [`PolicySpec`], which the
+//! caller fills from an environment's spaces or a dataset.
+
+pub mod checkpoint;
+pub mod config;
+pub mod denoiser;
+pub mod diffusion;
+pub mod encoder;
+pub mod error;
+pub mod gaussian;
+pub mod nn;
+pub mod policy;
+pub mod schedule;
+pub mod unet;
+pub mod vision;
+
+pub use config::PolicyConfig;
+pub use diffusion::{ChainSample, DiffusionProcess, SampleMode};
+pub use error::{CheckpointError, PolicyError};
+pub use policy::{Act, Normalizers, ObsBatch, Policy, PolicyModel, PolicySpec};
+
+/// The CPU backend used by default (pure-Rust Flex).
+pub type CpuBackend = burn::backend::Flex;
+/// The CPU backend with autodiff, for training.
+pub type CpuAutodiff = burn::backend::Autodiff<burn::backend::Flex>;

@@ -1,0 +1,301 @@
+//! The policy as the rest of diffrl sees it: a model (diffusion or Gaussian) with its config,
+//! the dimensions it was built for, and the normalisers of its inputs and outputs.
+
+use burn::module::{AutodiffModule, Module};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+use diffrl_core::config::Validate;
+use diffrl_core::normalize::Normalizer;
+use diffrl_core::seeding::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{PolicyConfig, PolicyKind};
+use crate::diffusion::{ChainSample, DiffusionModel, DiffusionProcess, SampleMode};
+use crate::encoder::ObsTensors;
+use crate::error::PolicyError;
+use crate::gaussian::GaussianModel;
+
+/// The dimensions a policy was built for (from the dataset or environment spaces).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySpec {
+    /// Width of one state observation.
+    pub state_dim: usize,
+    /// Width of one action.
+    pub action_dim: usize,
+    /// Image geometry [channels, height, width] when the policy sees pixels.
+    #[serde(default)]
+    pub image: Option<[usize; 3]>,
+}
+
+/// Input and output normalisers, stored with the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Normalizers {
+    /// Applied to each state observation.
+    pub state: Normalizer,
+    /// Maps actions to [-1, 1] (and back).
+    pub action: Normalizer,
+}
+
+/// The network of a policy.
+#[derive(Module, Debug)]
+pub enum PolicyModel<B: Backend> {
+    /// Diffusion policy.
+    Diffusion(DiffusionModel<B>),
+    /// Gaussian MLP policy.
+    Gaussian(GaussianModel<B>),
+}
+
+/// A batch of raw (unnormalised) observation histories, as the environment loop holds them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ObsBatch {
+    /// Batch size B.
+    pub batch: usize,
+    /// [B, To, Ds] states, row-major.
+    pub state: Vec<f32>,
+    /// [B, To, H, W, C] images (HWC, u8) when the policy uses pixels.
+    pub image: Option<Vec<u8>>,
+}
+
+/// The outcome of one policy call for a batch.
+#[derive(Debug, Clone)]
+pub struct Act<B: Backend> {
+    /// [B, Tp, Da] action chunks in environment units.
+    pub actions: Vec<f32>,
+    /// The sampled chain in normalised units (x_0 and, when recorded, x_K..x_0 and log-probs).
+    pub sample: ChainSample<B>,
+}
+
+/// A policy: model + config + spec + normalisers.
+#[derive(Debug, Clone)]
+pub struct Policy<B: Backend> {
+    /// The network.
+    pub model: PolicyModel<B>,
+    /// Its configuration.
+    pub config: PolicyConfig,
+    /// Dimensions.
+    pub spec: PolicySpec,
+    /// Normalisers.
+    pub norm: Normalizers,
+    process: Option<DiffusionProcess>,
+}
+
+impl<B: Backend> Policy<B> {
+    /// Builds a freshly initialised policy (weights from the backend's seeded initialisers).
+    pub fn new(
+        config: PolicyConfig,
+        spec: PolicySpec,
+        norm: Normalizers,
+        device: &B::Device,
+    ) -> Result<Self, PolicyError> {
+        config.validate().map_err(|e| PolicyError::Config {
+            field: e.field,
+            message: e.message,
+        })?;
+        if norm.state.dim() != spec.state_dim || norm.action.dim() != spec.action_dim {
+            return Err(PolicyError::Shape {
+                what: "normaliser dimensions (state + action)".into(),
+                expected: spec.state_dim + spec.action_dim,
+                got: norm.state.dim() + norm.action.dim(),
+            });
+        }
+        let image = spec.image.map(|[c, h, w]| (c, h, w));
+        let c = &config;
+        let model = match c.kind {
+            PolicyKind::Diffusion => PolicyModel::Diffusion(DiffusionModel::new(
+                c.obs_horizon,
+                spec.state_dim,
+                image,
+                c.pred_horizon,
+                spec.action_dim,
+                &c.encoder,
+                &c.denoiser,
+                device,
+            )),
+            PolicyKind::Gaussian => PolicyModel::Gaussian(GaussianModel::new(
+                c.obs_horizon,
+                spec.state_dim,
+                image,
+                c.pred_horizon,
+                spec.action_dim,
+                &c.encoder,
+                &c.gaussian,
+                c.diffusion.noise_clip,
+                device,
+            )),
+        };
+        let process = (c.kind == PolicyKind::Diffusion)
+            .then(|| DiffusionProcess::new(&c.diffusion, c.action_horizon));
+        Ok(Self {
+            model,
+            config,
+            spec,
+            norm,
+            process,
+        })
+    }
+
+    /// The same policy around another model of the same architecture (e.g. after an update).
+    pub fn with_model<B2: Backend>(&self, model: PolicyModel<B2>) -> Policy<B2> {
+        Policy {
+            model,
+            config: self.config.clone(),
+            spec: self.spec.clone(),
+            norm: self.norm.clone(),
+            process: self.process.clone(),
+        }
+    }
+
+    /// The diffusion process (None for Gaussian policies).
+    pub fn process(&self) -> Option<&DiffusionProcess> {
+        self.process.as_ref()
+    }
+
+    /// Chain length: K for diffusion, 1 for Gaussian.
+    pub fn chain_len(&self) -> usize {
+        self.process.as_ref().map_or(1, |p| p.steps())
+    }
+
+    /// Chunk shape [Tp, Da].
+    pub fn chunk(&self) -> [usize; 2] {
+        [self.config.pred_horizon, self.spec.action_dim]
+    }
+
+    /// Checks, normalises and uploads a batch of observation histories.
+    pub fn obs_tensors(
+        &self,
+        obs: &ObsBatch,
+        device: &B::Device,
+    ) -> Result<ObsTensors<B>, PolicyError> {
+        let (b, to, ds) = (obs.batch, self.config.obs_horizon, self.spec.state_dim);
+        if obs.state.len() != b * to * ds {
+            return Err(PolicyError::Shape {
+                what: format!("observation.state (batch {b} x horizon {to} x dim {ds})"),
+                expected: b * to * ds,
+                got: obs.state.len(),
+            });
+        }
+        let mut state = obs.state.clone();
+        if let Some((i, &v)) = state.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(PolicyError::NonFinite {
+                what: "observation.state".into(),
+                index: i / (to * ds),
+                value: v,
+            });
+        }
+        for row in state.chunks_mut(ds) {
+            self.norm.state.normalize(row);
+        }
+        let state = Tensor::from_data(TensorData::new(state, [b, to, ds]), device);
+        let image = match (self.spec.image, &obs.image) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(PolicyError::Missing(
+                    "this policy sees pixels but the observation has no image".into(),
+                ));
+            }
+            (Some([c, h, w]), Some(px)) => {
+                let per = h * w * c;
+                if px.len() != b * to * per {
+                    return Err(PolicyError::Shape {
+                        what: format!("observation.image ({b} x {to} x {h} x {w} x {c})"),
+                        expected: b * to * per,
+                        got: px.len(),
+                    });
+                }
+                // HWC u8 -> CHW float in [0, 1].
+                let mut chw = vec![0f32; px.len()];
+                for (f, frame) in px.chunks(per).enumerate() {
+                    let out = &mut chw[f * per..(f + 1) * per];
+                    for (p, rgb) in frame.chunks(c).enumerate() {
+                        for (ch, &v) in rgb.iter().enumerate() {
+                            out[ch * h * w + p] = f32::from(v) / 255.0;
+                        }
+                    }
+                }
+                Some(Tensor::from_data(
+                    TensorData::new(chw, [b, to, c, h, w]),
+                    device,
+                ))
+            }
+        };
+        Ok(ObsTensors { state, image })
+    }
+
+    /// Samples action chunks for a batch. `frozen` (the pretrained copy) runs the steps before
+    /// the last K' during fine-tuning; `record` keeps the chain and its log-probs.
+    pub fn act(
+        &self,
+        frozen: Option<&PolicyModel<B>>,
+        obs: &ObsBatch,
+        mode: SampleMode,
+        record: bool,
+        rng: &mut Rng,
+        device: &B::Device,
+    ) -> Result<Act<B>, PolicyError> {
+        let obs_t = self.obs_tensors(obs, device)?;
+        let [tp, da] = self.chunk();
+        let ta = self.config.action_horizon;
+        let sample = match (&self.model, &self.process) {
+            (PolicyModel::Diffusion(m), Some(p)) => {
+                let frozen = match frozen {
+                    Some(PolicyModel::Diffusion(f)) => Some(f),
+                    _ => None,
+                };
+                p.sample(m, frozen, &obs_t, [obs.batch, tp, da], mode, record, rng)
+            }
+            (PolicyModel::Gaussian(g), _) => g.sample(&obs_t, mode, record, ta, rng),
+            (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
+        };
+        let mut actions: Vec<f32> = sample
+            .actions
+            .clone()
+            .into_data()
+            .convert::<f32>()
+            .into_vec()
+            .map_err(|e| PolicyError::Missing(format!("reading actions back: {e:?}")))?;
+        for a in actions.chunks_mut(da) {
+            self.norm.action.denormalize(a);
+        }
+        Ok(Act { actions, sample })
+    }
+
+    /// Behaviour-cloning loss for normalised observations and action chunks [B, Tp, Da].
+    pub fn bc_loss(
+        &self,
+        obs: &ObsTensors<B>,
+        actions: Tensor<B, 3>,
+        rng: &mut Rng,
+    ) -> Tensor<B, 1> {
+        match (&self.model, &self.process) {
+            (PolicyModel::Diffusion(m), Some(p)) => p.bc_loss(m, obs, actions, rng),
+            (PolicyModel::Gaussian(g), _) => {
+                let tp = self.config.pred_horizon;
+                -g.logp(obs, actions, tp).mean()
+            }
+            (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
+        }
+    }
+
+    /// Log-probs of the fine-tuned steps of stored chains [B, K + 1, Tp, Da] under the current
+    /// parameters: [B, K'] (Gaussian: [B, 1]).
+    pub fn chain_logprobs(&self, obs: &ObsTensors<B>, chain: Tensor<B, 4>) -> Tensor<B, 2> {
+        match (&self.model, &self.process) {
+            (PolicyModel::Diffusion(m), Some(p)) => p.chain_logprobs(m, obs, chain),
+            (PolicyModel::Gaussian(g), _) => {
+                let [b, _, tp, da] = chain.dims();
+                let x0 = chain.narrow(1, 1, 1).reshape([b, tp, da]);
+                g.logp(obs, x0, self.config.action_horizon).reshape([b, 1])
+            }
+            (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
+        }
+    }
+}
+
+impl<B: AutodiffBackend> Policy<B> {
+    /// The inference copy (no autodiff graph) of a trainable policy.
+    pub fn valid(&self) -> Policy<B::InnerBackend> {
+        self.with_model(self.model.valid())
+    }
+}

@@ -1,0 +1,208 @@
+//! Chain sampling and step-wise likelihoods against independent closed-form computations
+//! (ALGORITHMS.md §1–2).
+
+mod common;
+
+use burn::tensor::backend::Backend as _;
+use burn::tensor::{Tensor, TensorData};
+use common::*;
+use diffrl_core::seeding::rng;
+use diffrl_policy::diffusion::step_logp;
+use diffrl_policy::schedule::{Schedule, chain_timesteps};
+use diffrl_policy::{Policy, PolicyModel, SampleMode};
+
+const LN_2PI: f64 = 1.837_877_066_409_345_5;
+
+#[test]
+fn step_logp_is_the_closed_form_gaussian() {
+    let device = Default::default();
+    let (b, tp, da, ta) = (3, 4, 2, 2);
+    let n = b * tp * da;
+    let x: Vec<f32> = (0..n)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.05)
+        .collect();
+    let mu: Vec<f32> = (0..n)
+        .map(|i| ((i * 17 % 13) as f32 - 6.0) * 0.04)
+        .collect();
+    for std in [0.1, 0.37, 1.0] {
+        let got = to_vec(step_logp::<B>(
+            Tensor::from_data(TensorData::new(x.clone(), [b, tp, da]), &device),
+            Tensor::from_data(TensorData::new(mu.clone(), [b, tp, da]), &device),
+            std,
+            ta,
+            [-5.0, 2.0],
+        ));
+        for (i, g) in got.iter().enumerate() {
+            let mut acc = 0.0;
+            for t in 0..ta {
+                for d in 0..da {
+                    let j = (i * tp + t) * da + d;
+                    let z = (f64::from(x[j]) - f64::from(mu[j])) / std;
+                    let lp = -0.5 * z * z - std.ln() - 0.5 * LN_2PI;
+                    acc += lp.clamp(-5.0, 2.0);
+                }
+            }
+            let want = acc / (ta * da) as f64;
+            assert!(
+                (f64::from(*g) - want).abs() < 1e-5,
+                "std {std} row {i}: {g} vs {want}"
+            );
+        }
+    }
+}
+
+/// Reference DDIM step written from ALGORITHMS.md §1 directly, in f64.
+fn reference_mean(x: &[f32], eps: &[f32], a: f64, ap: f64, eta: f64) -> (Vec<f64>, f64) {
+    let sigma = eta * ((1.0 - ap) / (1.0 - a) * (1.0 - a / ap)).sqrt();
+    let mu = x
+        .iter()
+        .zip(eps)
+        .map(|(&x, &e)| {
+            let (x, e) = (f64::from(x), f64::from(e));
+            let x0 = ((x - (1.0 - a).sqrt() * e) / a.sqrt()).clamp(-1.0, 1.0);
+            let e2 = (x - a.sqrt() * x0) / (1.0 - a).sqrt();
+            ap.sqrt() * x0 + (1.0 - ap - sigma * sigma).max(0.0).sqrt() * e2
+        })
+        .collect();
+    (mu, sigma)
+}
+
+/// Runs the chain with the policy, then replays every step with the reference formulas on the
+/// network's own noise predictions; returns the max deviation of means and log-probs.
+fn replay(mode: SampleMode, eta: f64) -> (f64, f64) {
+    let device = Default::default();
+    B::seed(&device, 3);
+    let mut cfg = tiny_config(5);
+    cfg.diffusion.eta = eta;
+    cfg.diffusion.eval_eta = eta;
+    let policy = Policy::<B>::new(cfg.clone(), spec(), norm(), &device).unwrap();
+    let o = obs(3);
+    let act = policy
+        .act(None, &o, mode, true, &mut rng(11), &device)
+        .unwrap();
+    let chain = to_vec(act.sample.chain.clone().unwrap());
+    let logp = to_vec(act.sample.logp.clone().unwrap());
+    let PolicyModel::Diffusion(model) = &policy.model else {
+        unreachable!()
+    };
+    let obs_t = policy.obs_tensors(&o, &device).unwrap();
+    let cond = model.encoder.forward(&obs_t);
+    let sched = Schedule::new(cfg.diffusion.schedule, cfg.diffusion.train_steps);
+    let ts = chain_timesteps(cfg.diffusion.train_steps, 5);
+    let (b, k, tp, da) = (3, 5, 4, 2);
+    let per = tp * da;
+    let (mut dmu, mut dlp) = (0.0f64, 0.0f64);
+    for (i, &t) in ts.iter().enumerate() {
+        let rows = |s: usize| -> Vec<f32> {
+            (0..b)
+                .flat_map(|bi| {
+                    chain[(bi * (k + 1) + s) * per..(bi * (k + 1) + s + 1) * per].to_vec()
+                })
+                .collect()
+        };
+        let (x, next) = (rows(i), rows(i + 1));
+        let eps = to_vec(model.denoiser.forward(
+            Tensor::from_data(TensorData::new(x.clone(), [b, tp, da]), &device),
+            Tensor::full([b], t as f32, &device),
+            cond.clone(),
+        ));
+        let a = sched.abar(t as i64);
+        let ap = sched.abar(t as i64 - 2);
+        let (mu, sigma) = reference_mean(&x, &eps, a, ap, eta);
+        if mode == SampleMode::Deterministic {
+            for (m, n) in mu.iter().zip(&next) {
+                dmu = dmu.max((m - f64::from(*n)).abs());
+            }
+        }
+        let std = sigma.max(0.1);
+        for bi in 0..b {
+            let mut acc = 0.0;
+            for j in 0..2 * da {
+                let idx = bi * per + j;
+                let z = (f64::from(next[idx]) - mu[idx]) / std;
+                acc += (-0.5 * z * z - std.ln() - 0.5 * LN_2PI).clamp(-5.0, 2.0);
+            }
+            let want = acc / (2 * da) as f64;
+            dlp = dlp.max((want - f64::from(logp[bi * k + i])).abs());
+        }
+    }
+    (dmu, dlp)
+}
+
+#[test]
+fn deterministic_chain_is_ddim_eta_zero() {
+    let (dmu, dlp) = replay(SampleMode::Deterministic, 0.0);
+    assert!(dmu < 1e-5, "chain deviates from DDIM(eta=0) by {dmu}");
+    assert!(dlp < 1e-5, "log-probs deviate by {dlp}");
+}
+
+#[test]
+fn stochastic_chain_log_probs_match_the_closed_form() {
+    let (_, dlp) = replay(SampleMode::Stochastic, 1.0);
+    assert!(dlp < 1e-5, "log-probs deviate by {dlp}");
+}
+
+#[test]
+fn recomputed_log_probs_equal_the_sampled_ones() {
+    let device = Default::default();
+    AD::seed(&device, 5);
+    let mut cfg = tiny_config(6);
+    cfg.diffusion.ft_denoising_steps = 4;
+    let policy = Policy::<AD>::new(cfg, spec(), norm(), &device).unwrap();
+    let o = obs(4);
+    let act = policy
+        .valid()
+        .act(None, &o, SampleMode::Stochastic, true, &mut rng(2), &device)
+        .unwrap();
+    let chain = Tensor::from_data(act.sample.chain.unwrap().into_data(), &device);
+    let old = to_vec(act.sample.logp.unwrap());
+    let obs_t = policy.obs_tensors(&o, &device).unwrap();
+    let new = to_vec(policy.chain_logprobs(&obs_t, chain));
+    assert_eq!(new.len(), 4 * 4, "[B, K'] = [4, 4]");
+    for bi in 0..4 {
+        for i in 0..4 {
+            let (o, n) = (old[bi * 6 + 2 + i], new[bi * 4 + i]);
+            assert!((o - n).abs() < 1e-5, "row {bi} step {i}: {o} vs {n}");
+        }
+    }
+}
+
+#[test]
+fn same_seed_same_actions_other_seed_other_actions() {
+    let device = Default::default();
+    B::seed(&device, 1);
+    let policy = Policy::<B>::new(tiny_config(4), spec(), norm(), &device).unwrap();
+    let a = policy
+        .act(
+            None,
+            &obs(2),
+            SampleMode::Stochastic,
+            false,
+            &mut rng(9),
+            &device,
+        )
+        .unwrap();
+    let b = policy
+        .act(
+            None,
+            &obs(2),
+            SampleMode::Stochastic,
+            false,
+            &mut rng(9),
+            &device,
+        )
+        .unwrap();
+    let c = policy
+        .act(
+            None,
+            &obs(2),
+            SampleMode::Stochastic,
+            false,
+            &mut rng(10),
+            &device,
+        )
+        .unwrap();
+    assert_eq!(a.actions, b.actions);
+    assert_ne!(a.actions, c.actions);
+    assert_eq!(a.actions.len(), 2 * 4 * 2);
+}
