@@ -36,13 +36,25 @@ pub struct BenchArgs {
     /// Seed of resets and actions.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// `policy` only: timed repetitions per measurement (the median is reported).
+    #[arg(long, default_value_t = 50)]
+    pub repeats: usize,
+    /// `policy` only: residual-MLP width.
+    #[arg(long, default_value_t = 256)]
+    pub hidden: usize,
+    /// `policy` only: residual blocks.
+    #[arg(long, default_value_t = 3)]
+    pub blocks: usize,
 }
 
 /// Runs the benchmark and prints one JSON line.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if args.task == "policy" {
+        return policy(args, out);
+    }
     anyhow::ensure!(
         args.task == "pusht",
-        "unknown simulator {:?}; available: pusht",
+        "unknown benchmark {:?}; available: pusht, policy",
         args.task
     );
     anyhow::ensure!(args.steps >= 1, "--steps must be at least 1");
@@ -79,6 +91,104 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         "{}",
         serde_json::json!({"impl": "diffrl", "obs": obs, "workload": workload, "steps": args.steps, "seconds": secs,
                            "steps_per_s": args.steps as f64 / secs, "resets": resets, "successes": successes})
+    )?;
+    Ok(())
+}
+
+fn median_ms(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2] * 1e3
+}
+
+/// `diffrl bench policy`: one K = 10 chain at batch 1 and 64, one BC training step at batch 256
+/// of the default residual-MLP diffusion policy (Push-T state dimensions); JSON lines in the
+/// format of tools/bench_policy_torch.py.
+fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+    use burn::tensor::backend::Backend;
+    use burn::tensor::{Tensor, TensorData};
+    use diffrl_core::normalize::Normalizer;
+    use diffrl_policy::encoder::ObsTensors;
+    use diffrl_policy::{
+        CpuAutodiff, CpuBackend, Normalizers, ObsBatch, Policy, PolicyConfig, PolicySpec,
+        SampleMode,
+    };
+
+    anyhow::ensure!(args.repeats >= 1, "--repeats must be at least 1");
+    let mut cfg = PolicyConfig::default();
+    cfg.denoiser.hidden = args.hidden;
+    cfg.denoiser.blocks = args.blocks;
+    let spec = PolicySpec {
+        state_dim: 5,
+        action_dim: 2,
+        image: None,
+    };
+    let norm = Normalizers {
+        state: Normalizer::MinMax {
+            min: vec![0.0; 5],
+            max: vec![512.0; 5],
+        },
+        action: Normalizer::MinMax {
+            min: vec![0.0; 2],
+            max: vec![512.0; 2],
+        },
+    };
+    let device = Default::default();
+    CpuBackend::seed(&device, args.seed);
+    let policy = Policy::<CpuBackend>::new(cfg.clone(), spec.clone(), norm.clone(), &device)?;
+    let mut rng = seeding::rng(args.seed);
+    let threads = rayon::current_num_threads();
+    for b in [1usize, 64] {
+        let obs = ObsBatch {
+            batch: b,
+            state: (0..b * 2 * 5)
+                .map(|_| rng.random_range(0.0..512.0))
+                .collect(),
+            image: None,
+        };
+        let mut times = Vec::new();
+        for i in 0..args.repeats + 5 {
+            let t = Instant::now();
+            let act = policy.act(None, &obs, SampleMode::Stochastic, true, &mut rng, &device)?;
+            let _ = act.sample.logp.map(|l| l.into_data());
+            if i >= 5 {
+                times.push(t.elapsed().as_secs_f64());
+            }
+        }
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"impl": "diffrl", "what": format!("chain_b{b}"), "median_ms": median_ms(times), "threads": threads})
+        )?;
+    }
+    let mut train = Policy::<CpuAutodiff>::new(cfg, spec, norm, &device)?;
+    let mut optim = AdamWConfig::new().init();
+    let b = 256;
+    let mut times = Vec::new();
+    for i in 0..args.repeats.min(30) + 3 {
+        let o: Vec<f32> = (0..b * 2 * 5)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let a: Vec<f32> = (0..b * 16 * 2)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let t = Instant::now();
+        let obs = ObsTensors {
+            state: Tensor::from_data(TensorData::new(o, [b, 2, 5]), &device),
+            image: None,
+        };
+        let actions = Tensor::from_data(TensorData::new(a, [b, 16, 2]), &device);
+        let loss = train.bc_loss(&obs, actions, &mut rng);
+        let grads = GradientsParams::from_grads(loss.backward(), &train.model);
+        train.model = optim.step(1e-4, train.model.clone(), grads);
+        if i >= 3 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    writeln!(
+        out,
+        "{}",
+        serde_json::json!({"impl": "diffrl", "what": "train_b256", "median_ms": median_ms(times), "threads": threads})
     )?;
     Ok(())
 }

@@ -265,7 +265,7 @@ impl Validate for PolicyConfig {
             "must not be empty",
         )?;
         ensure(
-            im.groups >= 1 && im.channels.iter().all(|c| c % im.groups == 0),
+            im.groups >= 1 && im.channels.iter().all(|c| c.is_multiple_of(im.groups)),
             "encoder.image.groups",
             format!("must divide every channel count {:?}", im.channels),
         )?;
@@ -274,7 +274,7 @@ impl Validate for PolicyConfig {
         let d = &self.denoiser;
         ensure(d.hidden >= 1, "denoiser.hidden", "must be >= 1")?;
         ensure(
-            d.step_embed_dim >= 4 && d.step_embed_dim % 2 == 0,
+            d.step_embed_dim >= 4 && d.step_embed_dim.is_multiple_of(2),
             "denoiser.step_embed_dim",
             "must be even and >= 4",
         )?;
@@ -289,7 +289,10 @@ impl Validate for PolicyConfig {
             "must be odd",
         )?;
         ensure(
-            d.unet_groups >= 1 && d.unet_down_dims.iter().all(|c| c % d.unet_groups == 0),
+            d.unet_groups >= 1
+                && d.unet_down_dims
+                    .iter()
+                    .all(|c| c.is_multiple_of(d.unet_groups)),
             "denoiser.unet_groups",
             format!("must divide every U-Net width {:?}", d.unet_down_dims),
         )?;
@@ -301,7 +304,7 @@ impl Validate for PolicyConfig {
             format!("K must be in 1..=train_steps ({})", f.train_steps),
         )?;
         ensure(
-            f.train_steps % f.denoising_steps == 0,
+            f.train_steps.is_multiple_of(f.denoising_steps),
             "diffusion.denoising_steps",
             format!(
                 "K = {} must divide train_steps = {} (leading-spaced DDIM)",

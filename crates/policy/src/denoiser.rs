@@ -65,7 +65,8 @@ impl<B: Backend> ResidualMlp<B> {
     }
 }
 
-/// One of the denoiser architectures.
+/// One of the denoiser architectures (Burn modules cannot be boxed, so variants differ in size).
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Denoiser<B: Backend> {
     /// Residual MLP.

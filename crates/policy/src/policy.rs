@@ -39,6 +39,7 @@ pub struct Normalizers {
 }
 
 /// The network of a policy.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum PolicyModel<B: Backend> {
     /// Diffusion policy.

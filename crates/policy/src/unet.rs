@@ -267,15 +267,15 @@ impl<B: Backend> UNet1d<B> {
         for block in &self.mid {
             h = block.forward(h, global.clone());
         }
-        for (j, level) in self.up.iter().enumerate() {
+        for level in &self.up {
             let skip = skips.pop().expect("one skip per down level");
             h = level
                 .res1
                 .forward(Tensor::cat(vec![h, skip], 1), global.clone());
             h = level.res2.forward(h, global.clone());
             // The level this upsample returns to is the one whose skip is now on top.
-            let target = skips[skips.len() - 1].dims()[2];
-            debug_assert_eq!(skips.len(), self.up.len() - j);
+            // There are L skips and L-1 up levels, so one is always left.
+            let target = skips.last().expect("skip_0 outlives the up path").dims()[2];
             h = match_length(level.upsample.forward(h), target);
         }
         let eps = self.final_conv.forward(self.final_block.forward(h));

@@ -1,0 +1,218 @@
+//! `diffrl pretrain` and `diffrl eval` end to end on a tiny policy, and their bad-input errors.
+
+use std::path::Path;
+
+use diffrl_core::seeding::rng;
+use diffrl_policy::{CpuBackend, ObsBatch, SampleMode, checkpoint};
+use serde_json::Value;
+
+fn cli(args: &[&str]) -> Result<String, String> {
+    let mut out = Vec::new();
+    let mut full = vec!["diffrl"];
+    full.extend_from_slice(args);
+    diffrl_cli::run_cli(full, &mut out).map_err(|e| format!("{e:#}"))?;
+    Ok(String::from_utf8(out).unwrap())
+}
+
+/// Actions of a checkpoint for fixed observations and seed.
+fn actions(dir: &Path) -> Vec<f32> {
+    let device = Default::default();
+    let (p, _) = checkpoint::load::<CpuBackend>(dir, &device).unwrap();
+    let obs = ObsBatch {
+        batch: 2,
+        state: (0..20).map(|i| 20.0 * i as f32).collect(),
+        image: None,
+    };
+    p.act(
+        None,
+        &obs,
+        SampleMode::Stochastic,
+        false,
+        &mut rng(1),
+        &device,
+    )
+    .unwrap()
+    .actions
+}
+
+fn shipped() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/pusht_expert_200").to_string()
+}
+
+/// A tiny, fast policy and training config.
+fn config(dir: &Path, extra: &str) -> String {
+    let p = dir.join("policy.toml");
+    let text = format!(
+        "[run]\nname = \"t\"\nruns_dir = \"{}\"\nthreads = 2\n\
+         [env]\nmax_episode_steps = 20\n\
+         [policy]\npred_horizon = 8\naction_horizon = 4\n\
+         [policy.denoiser]\nhidden = 32\nblocks = 1\n\
+         [policy.diffusion]\ntrain_steps = 20\ndenoising_steps = 5\n\
+         [pretrain]\nsteps = 40\nbatch_size = 32\nwarmup_steps = 5\nlog_every = 10\neval_every = 20\neval_episodes = 2\ncheckpoint_every = 20\n\
+         [eval]\nepisodes = 3\nenvs = 2\n{extra}",
+        dir.join("runs").display()
+    );
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn pretrain_then_eval_then_resume() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "");
+    let ds = shipped();
+    let out = d.path().join("bc");
+    let o = out.display().to_string();
+    let s = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &o]).unwrap();
+    assert!(s.contains("pretrain: 40 steps"), "{s}");
+    assert!(s.contains("eval: success"), "{s}");
+    let eval: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(eval["episodes"], 3);
+    assert_eq!(eval["per_episode"].as_array().unwrap().len(), 3);
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(
+        metrics.lines().filter(|l| l.contains("\"train\"")).count(),
+        4
+    );
+    assert_eq!(
+        metrics.lines().filter(|l| l.contains("\"eval\"")).count(),
+        1
+    );
+
+    // `diffrl eval` on the checkpoint reproduces the final evaluation exactly.
+    let policy = out.join("policy").display().to_string();
+    let again = d.path().join("again.json").display().to_string();
+    let s = cli(&[
+        "eval", "--policy", &policy, "--config", &cfg, "--out", &again,
+    ])
+    .unwrap();
+    assert!(s.contains("success"), "{s}");
+    let e2: Value = serde_json::from_str(&std::fs::read_to_string(&again).unwrap()).unwrap();
+    assert_eq!(eval["per_episode"], e2["per_episode"]);
+
+    // A second pretrain into the same folder refuses without --resume ...
+    let e = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &o]).unwrap_err();
+    assert!(e.contains("--resume"), "{e}");
+    // ... and resuming with another step count is another run: refused with the reason.
+    let e = cli(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &ds,
+        "--out",
+        &o,
+        "--resume",
+        "--steps",
+        "60",
+    ])
+    .unwrap_err();
+    assert!(e.contains("another pretrain/policy config"), "{e}");
+    // Resuming a finished run is a no-op that keeps the weights.
+    let before = std::fs::read(out.join("policy/model.safetensors")).unwrap();
+    cli(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &ds,
+        "--out",
+        &o,
+        "--resume",
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    assert_eq!(
+        before,
+        std::fs::read(out.join("policy/model.safetensors")).unwrap()
+    );
+    // Same config + seed = same weights, in a fresh folder.
+    let again = d.path().join("bc2");
+    let a2 = again.display().to_string();
+    cli(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &ds,
+        "--out",
+        &a2,
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    assert_eq!(
+        actions(&out.join("policy")),
+        actions(&again.join("policy")),
+        "same config + seed = same policy"
+    );
+}
+
+#[test]
+fn bad_inputs_name_their_cause() {
+    let d = tempfile::tempdir().unwrap();
+    let ds = shipped();
+    let o = d.path().join("o").display().to_string();
+    // Observation mode whose dimension differs from the dataset's.
+    let cfg = config(d.path(), "").replace("policy.toml", "policy.toml");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("[env]\n", "[env]\nobs = \"keypoints\"\n");
+    std::fs::write(&cfg, text).unwrap();
+    let e = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &o]).unwrap_err();
+    assert!(e.contains("state dim 5") && e.contains("18"), "{e}");
+
+    // Unknown denoiser name.
+    let cfg = config(d.path(), "");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("hidden = 32", "kind = \"transformer\"\nhidden = 32");
+    std::fs::write(&cfg, text).unwrap();
+    let e = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &o]).unwrap_err();
+    assert!(
+        e.contains("policy.denoiser.kind") && e.contains("transformer"),
+        "{e}"
+    );
+
+    // K' > K.
+    let cfg = config(d.path(), "");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "denoising_steps = 5",
+        "denoising_steps = 5\nft_denoising_steps = 6",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let e = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &o]).unwrap_err();
+    assert!(
+        e.contains("ft_denoising_steps") && e.contains("exceeds"),
+        "{e}"
+    );
+
+    // Missing or empty dataset folders.
+    let cfg = config(d.path(), "");
+    let empty = d.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let e = cli(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &empty.display().to_string(),
+        "--out",
+        &o,
+    ])
+    .unwrap_err();
+    assert!(e.contains("empty") && e.contains("dataset"), "{e}");
+
+    // A policy folder that is not a checkpoint.
+    let e = cli(&[
+        "eval",
+        "--policy",
+        &empty.display().to_string(),
+        "--config",
+        &cfg,
+    ])
+    .unwrap_err();
+    assert!(e.contains("policy.json"), "{e}");
+}
