@@ -4,6 +4,9 @@
 # chain_b1 / chain_b64 (one whole chain, batch 1 / 64) and train_b256 (one AdamW step). Each
 # (impl, threads) pair runs ROUNDS times, interleaved; the table shows medians of the per-run
 # medians and torch/diffrl speedups. Raw JSON lines go to ${OUT:-target/bench_policy.jsonl}.
+# Run it on an otherwise idle machine: torch's OpenMP threads spin while they wait, so with
+# other work on the cores the 2-thread numbers collapse (OMP_WAIT_POLICY=PASSIVE in the
+# environment avoids that; each JSON line records the policy and the 1-minute load average).
 # Usage: tools/bench_policy.sh [repeats=200] [rounds=1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,15 +19,11 @@ mkdir -p "$(dirname "$out")"
 
 run_torch() { "$PY" tools/bench_policy_torch.py --threads "$1" --repeats "$repeats"; }
 
-# ---- Rust side -----------------------------------------------------------------------------
-# run_rust THREADS: run diffrl's policy bench with THREADS threads and print the same JSON lines
-# as bench_policy_torch.py, with "impl": "diffrl":
-#   {"impl": "diffrl", "what": "chain_b1"|"chain_b64"|"train_b256", "median_ms": ..., "threads": N}
-# TODO: wire up once the Rust bench binary exists, e.g.
-#   cargo build --release --locked -q -p diffrl-cli   (once, above the loop)
-#   "${CARGO_TARGET_DIR:-target}"/release/diffrl bench policy --threads "$1" --repeats "$repeats"
-# Until then it prints nothing and the table shows torch only.
-run_rust() { :; }
+# ---- Rust side: `diffrl bench policy` prints the same JSON lines with "impl": "diffrl".
+# Burn's Flex backend and diffrl run on rayon, so RAYON_NUM_THREADS sets the thread count.
+cargo build --release --locked -q -p diffrl-cli
+DIFFRL="${CARGO_TARGET_DIR:-target}/release/diffrl"
+run_rust() { RAYON_NUM_THREADS="$1" "$DIFFRL" bench policy --repeats "$repeats"; }
 # --------------------------------------------------------------------------------------------
 
 for _ in $(seq "$rounds"); do
@@ -47,5 +46,9 @@ for what in ["chain_b1", "chain_b64", "train_b256"]:
         ds = f"{d:10.3f}" if d is not None else f"{'-':>10}"
         sp = f"{t / d:7.2f}x" if t is not None and d is not None else f"{'-':>8}"
         print(f"{what:<11} {threads:>7} {t:10.3f} {ds} {sp}")
+loads = [r["load1"] for r in rows if "load1" in r]
+if loads:
+    print(f"1-min load average during the torch runs: {min(loads):.2f}-{max(loads):.2f}"
+          f" (OMP_WAIT_POLICY={rows[0].get('omp_wait_policy', 'default')})")
 PYEOF
 echo "raw results: $out"

@@ -29,6 +29,7 @@ Prints one JSON line per measurement:
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 
@@ -134,13 +135,17 @@ def main():
     torch.manual_seed(args.seed)
     abar = cosine_alphas_cumprod(T_TRAIN)
     net = ResidualMlpDenoiser(args.hidden, args.blocks)
+    # The load average and OpenMP wait policy are recorded because a busy machine distorts
+    # multi-threaded numbers: with the default (spinning) policy a 2-thread run on 2 busy cores
+    # can be 50x slower than 1 thread; OMP_WAIT_POLICY=PASSIVE avoids the collapse.
     common = {"impl": "torch", "threads": args.threads, "hidden": args.hidden, "blocks": args.blocks,
-              "params": sum(p.numel() for p in net.parameters()), "torch": torch.__version__}
+              "params": sum(p.numel() for p in net.parameters()), "torch": torch.__version__,
+              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default")}
 
     def emit(what, repeats, med, best):
-        print(json.dumps({"impl": "torch", "what": what, "median_ms": med, "threads": args.threads,
-                          "min_ms": best, "repeats": repeats, **{k: v for k, v in common.items() if k not in
-                                                                 ("impl", "threads")}}), flush=True)
+        extra = {k: v for k, v in common.items() if k not in ("impl", "threads")}
+        print(json.dumps({"impl": "torch", "what": what, "median_ms": med, "threads": args.threads, "min_ms": best,
+                          "repeats": repeats, "load1": os.getloadavg()[0], **extra}), flush=True)
 
     with torch.inference_mode():
         for batch in (1, 64):

@@ -162,7 +162,7 @@ def main():
                     ddim.append(case)
                     n_clip, n_total = n_clip + c, n_total + len(case["sample"])
 
-    data = {"generator": "tools/diffusers_vectors.py --seed %d" % args.seed, "diffusers": diffusers.__version__,
+    data = {"generator": "tools/diffusers_vectors.py", "seed": args.seed, "diffusers": diffusers.__version__,
             "torch": torch.__version__, "schedules": schedules, "ddpm": ddpm, "ddim": ddim}
     with open(args.out, "w") as f:
         json.dump(data, f, separators=(",", ":"))

@@ -13,5 +13,7 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo check --features cuda (the GPU path must keep compiling; CI has no GPU)"
+cargo check -p diffrl-cli --features cuda --locked
 echo "== cargo test"
 cargo test --workspace --locked

@@ -45,6 +45,9 @@ pub struct BenchArgs {
     /// `policy` only: residual blocks.
     #[arg(long, default_value_t = 3)]
     pub blocks: usize,
+    /// `policy` only: nonlinearity (mish, silu, relu).
+    #[arg(long, default_value = "mish")]
+    pub activation: String,
 }
 
 /// Runs the benchmark and prints one JSON line.
@@ -118,6 +121,8 @@ fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut cfg = PolicyConfig::default();
     cfg.denoiser.hidden = args.hidden;
     cfg.denoiser.blocks = args.blocks;
+    cfg.denoiser.activation = serde_json::from_value(serde_json::json!(args.activation))
+        .map_err(|_| anyhow::anyhow!("--activation: expected mish, silu or relu"))?;
     let spec = PolicySpec {
         state_dim: 5,
         action_dim: 2,

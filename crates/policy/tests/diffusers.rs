@@ -114,7 +114,7 @@ fn ddpm_steps_match_diffusers() {
         let prev = floats(&case["prev_sample"]);
         for ((m, z), p) in mean.iter().zip(&noise).zip(&prev) {
             let ours = m + var.sqrt() * z;
-            assert!(close(ours, *p, 1e-4), "{tag} prev_sample: {ours} vs {p}");
+            assert!(close(ours, *p, 5e-4), "{tag} prev_sample: {ours} vs {p}");
         }
     }
 }
