@@ -24,7 +24,11 @@ mod anyhow_like {
 fn tiny_config(dir: &Path, extra: &str) -> String {
     let p = dir.join("tiny.toml");
     let text = format!(
-        "[run]\nname = \"tiny\"\nruns_dir = \"{}\"\nthreads = 2\n[env]\nmax_episode_steps = 25\n[expert]\nsamples = 8\nhorizon = 6\n[demos]\nepisodes = 3\n{extra}",
+        "[run]\nname = \"tiny\"\nruns_dir = \"{}\"\nthreads = 2\n[env]\nmax_episode_steps = 25\n[expert]\nsamples = 8\nhorizon = 6\n[demos]\nepisodes = 3\n\
+         [policy]\npred_horizon = 8\naction_horizon = 4\n[policy.denoiser]\nhidden = 16\nblocks = 1\n\
+         [policy.diffusion]\ntrain_steps = 10\ndenoising_steps = 5\n\
+         [pretrain]\nsteps = 20\nbatch_size = 16\nwarmup_steps = 2\neval_every = 0\ncheckpoint_every = 10\n\
+         [eval]\nepisodes = 2\nenvs = 2\n{extra}",
         dir.join("runs").display()
     );
     std::fs::write(&p, text).unwrap();
@@ -312,32 +316,43 @@ fn run_writes_run_folder_and_resumes() {
     let d = tempfile::tempdir().unwrap();
     let cfg = tiny_config(d.path(), "");
     let first = cli(&["run", &cfg]).unwrap();
-    assert!(first.contains("[1/1] demos: 3 expert episodes"), "{first}");
+    assert!(first.contains("[1/2] demos: 3 expert episodes"), "{first}");
+    assert!(
+        first.contains("[2/2] pretrain: behaviour cloning"),
+        "{first}"
+    );
     let run = d.path().join("runs/tiny");
     for f in [
         "config.toml",
         "metrics.jsonl",
         "report.md",
         "demos/meta/info.json",
+        "pretrain/policy/model.safetensors",
+        "pretrain/eval.json",
     ] {
         assert!(run.join(f).exists(), "{f}");
     }
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
-    assert_eq!(metrics.lines().count(), 1);
+    assert_eq!(metrics.lines().count(), 2, "{metrics}");
     let report = std::fs::read_to_string(run.join("report.md")).unwrap();
-    assert!(report.contains("success rate"), "{report}");
+    assert!(
+        report.contains("success rate") && report.contains("BC (EMA)"),
+        "{report}"
+    );
     let second = cli(&["run", &cfg]).unwrap();
-    assert!(second.contains("reusing"), "{second}");
+    assert!(second.contains("demos: reusing"), "{second}");
+    assert!(second.contains("pretrain: reusing"), "{second}");
     assert_eq!(
         std::fs::read_to_string(run.join("metrics.jsonl"))
             .unwrap()
             .lines()
             .count(),
-        1
+        2
     );
     // A changed config recomputes the stage.
     let third = cli(&["run", &cfg, "--episodes", "2"]).unwrap();
     assert!(third.contains("2 expert episodes"), "{third}");
+    assert!(third.contains("starting it over"), "{third}");
 }
 
 #[test]

@@ -156,7 +156,7 @@ fn bad_inputs_name_their_cause() {
     let ds = shipped();
     let o = d.path().join("o").display().to_string();
     // Observation mode whose dimension differs from the dataset's.
-    let cfg = config(d.path(), "").replace("policy.toml", "policy.toml");
+    let cfg = config(d.path(), "");
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
         .replace("[env]\n", "[env]\nobs = \"keypoints\"\n");
