@@ -216,3 +216,54 @@ fn bad_inputs_name_their_cause() {
     .unwrap_err();
     assert!(e.contains("policy.json"), "{e}");
 }
+
+#[test]
+fn unet_and_gaussian_policies_train_and_evaluate() {
+    let d = tempfile::tempdir().unwrap();
+    let ds = shipped();
+    for (name, extra) in [
+        (
+            "unet",
+            "[policy.denoiser]\nkind = \"unet\"\nunet_down_dims = [8, 16]\nunet_groups = 4\n",
+        ),
+        (
+            "gaussian",
+            "[policy]\nkind = \"gaussian\"\n[policy.gaussian]\nhidden = [16]\n",
+        ),
+    ] {
+        let cfg = config(d.path(), "");
+        // Later tables win over the tiny defaults: merge by replacing the matching header.
+        let base = std::fs::read_to_string(&cfg).unwrap();
+        let text = if name == "unet" {
+            base.replace("[policy.denoiser]\nhidden = 32\nblocks = 1\n", extra)
+        } else {
+            base.replace(
+                "[policy]\n",
+                &extra.replace("[policy.gaussian]\nhidden = [16]\n", ""),
+            ) + "[policy.gaussian]\nhidden = [16]\n"
+        };
+        std::fs::write(&cfg, text).unwrap();
+        let out = d.path().join(name);
+        let o = out.display().to_string();
+        let s = cli(&[
+            "pretrain",
+            "--config",
+            &cfg,
+            "--dataset",
+            &ds,
+            "--out",
+            &o,
+            "--steps",
+            "10",
+            "--eval-episodes",
+            "1",
+        ])
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(s.contains("eval: success"), "{name}: {s}");
+        let meta = std::fs::read_to_string(out.join("policy/policy.json")).unwrap();
+        assert!(
+            meta.contains(&format!("\"{name}\"")),
+            "{name} not in {meta}"
+        );
+    }
+}
