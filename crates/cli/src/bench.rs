@@ -104,7 +104,7 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
 }
 
 /// `diffrl bench policy`: one K = 10 chain at batch 1 and 64, one BC training step at batch 256
-/// of the default residual-MLP diffusion policy (Push-T state dimensions); JSON lines in the
+/// of the default residual-MLP diffusion policy at Diffusion Policy's horizons (To 2, Tp 16, Ta 8; Push-T state dimensions); JSON lines in the
 /// format of tools/bench_policy_torch.py.
 fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
@@ -118,7 +118,12 @@ fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
 
     anyhow::ensure!(args.repeats >= 1, "--repeats must be at least 1");
-    let mut cfg = PolicyConfig::default();
+    let mut cfg = PolicyConfig {
+        obs_horizon: 2,
+        pred_horizon: 16,
+        action_horizon: 8,
+        ..PolicyConfig::default()
+    };
     cfg.denoiser.hidden = args.hidden;
     cfg.denoiser.blocks = args.blocks;
     cfg.denoiser.activation = serde_json::from_value(serde_json::json!(args.activation))

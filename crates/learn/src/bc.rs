@@ -60,7 +60,7 @@ pub struct BcConfig {
 impl Default for BcConfig {
     fn default() -> Self {
         Self {
-            steps: 20_000,
+            steps: 45_000,
             batch_size: 256,
             lr: 1e-3,
             min_lr_ratio: 0.01,

@@ -1,5 +1,5 @@
-//! Criterion benches of the default residual-MLP diffusion policy (Push-T state dimensions):
-//! one K = 10 chain with log-probs at batch 1 and 64, one BC training step at batch 256.
+//! Criterion benches of the default residual-MLP diffusion policy at Diffusion Policy's horizons
+//! (To 2, Tp 16, Ta 8; Push-T state dimensions): one K = 10 chain with log-probs at batch 1 and 64, one BC training step at batch 256.
 //! tools/bench_policy.sh compares the same network against PyTorch side by side.
 
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
@@ -28,7 +28,16 @@ fn setup() -> (PolicyConfig, PolicySpec, Normalizers) {
         state: mm(5),
         action: mm(2),
     };
-    (PolicyConfig::default(), spec, norm)
+    (
+        PolicyConfig {
+            obs_horizon: 2,
+            pred_horizon: 16,
+            action_horizon: 8,
+            ..PolicyConfig::default()
+        },
+        spec,
+        norm,
+    )
 }
 
 fn chain(c: &mut Criterion) {

@@ -66,9 +66,9 @@ impl Default for PolicyConfig {
     fn default() -> Self {
         Self {
             kind: PolicyKind::Diffusion,
-            obs_horizon: 2,
-            pred_horizon: 16,
-            action_horizon: 8,
+            obs_horizon: 1,
+            pred_horizon: 4,
+            action_horizon: 2,
             encoder: EncoderConfig::default(),
             denoiser: DenoiserConfig::default(),
             diffusion: DiffusionConfig::default(),
