@@ -6,6 +6,7 @@
 # Prints the learning curve (score and success vs. wall-clock minutes) from metrics.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/target_dir.sh
 out=${1:-runs/bc_experiment}
 shift || true
 cargo build --release --locked -q -p diffrl-cli

@@ -10,6 +10,7 @@
 # Usage: tools/bench_policy.sh [repeats=200] [rounds=1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/target_dir.sh
 PY=$(tools/venv.sh torch)
 repeats=${1:-200}
 rounds=${2:-1}

@@ -7,6 +7,7 @@
 # Usage: tools/bench_pusht.sh [diffrl_steps=60000] [gym_steps=5000] [rounds=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/target_dir.sh
 PY=$(tools/venv.sh)
 cargo build --release --locked -q -p diffrl-cli
 BIN=${CARGO_TARGET_DIR:-target}/release/diffrl
