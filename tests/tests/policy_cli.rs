@@ -18,9 +18,10 @@ fn cli(args: &[&str]) -> Result<String, String> {
 fn actions(dir: &Path) -> Vec<f32> {
     let device = Default::default();
     let (p, _) = checkpoint::load::<CpuBackend>(dir, &device).unwrap();
+    let n = 2 * p.config.obs_horizon * p.spec.state_dim;
     let obs = ObsBatch {
         batch: 2,
-        state: (0..20).map(|i| 20.0 * i as f32).collect(),
+        state: (0..n).map(|i| 20.0 * i as f32).collect(),
         image: None,
     };
     p.act(
