@@ -1,17 +1,15 @@
 //! The shipped expert dataset is what its recorded command produces with this simulator.
 
-use std::path::Path;
+mod common;
 
 use diffrl_core::Env;
 use diffrl_core::lerobot::read_dataset;
 use diffrl_core::seeding::derive;
 use diffrl_pusht::PushT;
 
-const DATASET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/pusht_expert_200");
-
 #[test]
 fn shipped_dataset_replays_exactly_from_its_seeds() {
-    let ds = read_dataset(Path::new(DATASET))
+    let ds = read_dataset(&common::repo_file("assets/pusht_expert_200"))
         .expect("assets/pusht_expert_200 is a readable LeRobot v3.0 dataset");
     let eps = ds.episodes("observation.state").unwrap();
     assert!(eps.len() >= 200, "{} episodes", eps.len());

@@ -1,5 +1,7 @@
 //! End-to-end tests of the `diffrl` CLI, driven in-process through `diffrl_cli::run_cli`.
 
+mod common;
+
 use std::path::Path;
 
 use diffrl_core::Env;
@@ -36,10 +38,7 @@ fn tiny_config(dir: &Path, extra: &str) -> String {
 }
 
 fn vectors() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../assets/testdata/pusht_gym_vectors.json"
-    );
+    let path = common::repo_file("assets/testdata/pusht_gym_vectors.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -376,11 +375,8 @@ fn run_config_errors_name_key_and_file() {
 fn reads_a_lerobot_written_layout() {
     // Written by tools/make_lerobot_fixture.py with pyarrow/pandas the way LeRobot writes
     // lerobot/pusht: 2-d state as list<float>, extra string column, pandas task index.
-    let root = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../assets/testdata/lerobot_v3_fixture"
-    ));
-    let ds = read_dataset(root).unwrap();
+    let root = common::repo_file("assets/testdata/lerobot_v3_fixture");
+    let ds = read_dataset(&root).unwrap();
     assert_eq!(ds.len(), 7);
     assert_eq!(ds.tasks, vec![diffrl_pusht::TASK.to_string()]);
     assert!(!ds.columns.contains_key("observation.image.path"));

@@ -1,5 +1,7 @@
 //! `diffrl pretrain` and `diffrl eval` end to end on a tiny policy, and their bad-input errors.
 
+mod common;
+
 use std::path::Path;
 
 use diffrl_core::seeding::rng;
@@ -37,7 +39,9 @@ fn actions(dir: &Path) -> Vec<f32> {
 }
 
 fn shipped() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/pusht_expert_200").to_string()
+    common::repo_file("assets/pusht_expert_200")
+        .display()
+        .to_string()
 }
 
 /// A tiny, fast policy and training config.
@@ -151,45 +155,53 @@ fn pretrain_then_eval_then_resume() {
     );
 }
 
+/// Rewrites the tiny config (`from` -> `to`) and returns the error `diffrl pretrain` gives.
+fn pretrain_error(dir: &Path, from: &str, to: &str) -> String {
+    let cfg = config(dir, "");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains(from), "{from:?} not in the tiny config");
+    std::fs::write(&cfg, text.replace(from, to)).unwrap();
+    let out = dir.join("o").display().to_string();
+    cli(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &shipped(),
+        "--out",
+        &out,
+    ])
+    .unwrap_err()
+}
+
 #[test]
 fn bad_inputs_name_their_cause() {
     let d = tempfile::tempdir().unwrap();
-    let ds = shipped();
-    let o = d.path().join("o").display().to_string();
     // Observation mode whose dimension differs from the dataset's.
-    let cfg = config(d.path(), "");
-    let text = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replace("[env]\n", "[env]\nobs = \"keypoints\"\n");
-    std::fs::write(&cfg, text).unwrap();
-    let e = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &o]).unwrap_err();
+    let e = pretrain_error(d.path(), "[env]\n", "[env]\nobs = \"keypoints\"\n");
     assert!(e.contains("state dim 5") && e.contains("18"), "{e}");
-
     // Unknown denoiser name.
-    let cfg = config(d.path(), "");
-    let text = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replace("hidden = 32", "kind = \"transformer\"\nhidden = 32");
-    std::fs::write(&cfg, text).unwrap();
-    let e = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &o]).unwrap_err();
+    let e = pretrain_error(
+        d.path(),
+        "hidden = 32",
+        "kind = \"transformer\"\nhidden = 32",
+    );
     assert!(
         e.contains("policy.denoiser.kind") && e.contains("transformer"),
         "{e}"
     );
-
     // K' > K.
-    let cfg = config(d.path(), "");
-    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+    let e = pretrain_error(
+        d.path(),
         "denoising_steps = 5",
         "denoising_steps = 5\nft_denoising_steps = 6",
     );
-    std::fs::write(&cfg, text).unwrap();
-    let e = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &o]).unwrap_err();
     assert!(
         e.contains("ft_denoising_steps") && e.contains("exceeds"),
         "{e}"
     );
 
+    let o = d.path().join("o").display().to_string();
     // Missing or empty dataset folders.
     let cfg = config(d.path(), "");
     let empty = d.path().join("empty");

@@ -108,7 +108,6 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
 /// format of tools/bench_policy_torch.py.
 fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-    use burn::tensor::backend::Backend;
     use burn::tensor::{Tensor, TensorData};
     use diffrl_core::normalize::Normalizer;
     use diffrl_policy::encoder::ObsTensors;
@@ -144,8 +143,8 @@ fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         },
     };
     let device = Default::default();
-    CpuBackend::seed(&device, args.seed);
-    let policy = Policy::<CpuBackend>::new(cfg.clone(), spec.clone(), norm.clone(), &device)?;
+    let policy =
+        Policy::<CpuBackend>::new(cfg.clone(), spec.clone(), norm.clone(), args.seed, &device)?;
     let mut rng = seeding::rng(args.seed);
     let threads = rayon::current_num_threads();
     for b in [1usize, 64] {
@@ -171,7 +170,7 @@ fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             serde_json::json!({"impl": "diffrl", "what": format!("chain_b{b}"), "median_ms": median_ms(times), "threads": threads})
         )?;
     }
-    let mut train = Policy::<CpuAutodiff>::new(cfg, spec, norm, &device)?;
+    let mut train = Policy::<CpuAutodiff>::new(cfg, spec, norm, args.seed, &device)?;
     let mut optim = AdamWConfig::new().init();
     let b = 256;
     let mut times = Vec::new();

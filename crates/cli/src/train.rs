@@ -295,8 +295,7 @@ pub fn pretrain<B: AutodiffBackend>(
         image: None,
     };
     check_spec(&spec, &env, &format!("the dataset {}", dataset.display()))?;
-    B::seed(device, cfg.run.seed);
-    let policy = Policy::<B>::new(cfg.policy.clone(), spec, norm, device)?;
+    let policy = Policy::<B>::new(cfg.policy.clone(), spec, norm, cfg.run.seed, device)?;
     let data = ChunkDataset::build(
         &episodes,
         cfg.policy.obs_horizon,

@@ -1,12 +1,11 @@
 //! An interrupted behaviour-cloning run resumed from its checkpoint ends with exactly the
-//! weights of an uninterrupted run (one test per binary: Burn's seeded initialiser is global).
+//! weights of an uninterrupted run.
 
 use std::cell::Cell;
 use std::path::Path;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
 use diffrl_core::episode::Episode;
 use diffrl_core::seeding::rng;
 use diffrl_core::space::Observation;
@@ -64,13 +63,12 @@ fn run(out: &Path, stop_at: usize, resume: bool) -> usize {
         ..PolicyConfig::default()
     };
     let device = Default::default();
-    CpuAutodiff::seed(&device, 0);
     let spec = PolicySpec {
         state_dim: 3,
         action_dim: 2,
         image: None,
     };
-    let policy = Policy::<CpuAutodiff>::new(cfg.clone(), spec, norm, &device).unwrap();
+    let policy = Policy::<CpuAutodiff>::new(cfg.clone(), spec, norm, 0, &device).unwrap();
     let data = ChunkDataset::build(&eps, cfg.obs_horizon, cfg.pred_horizon, &policy.norm).unwrap();
     let bc = BcConfig {
         steps: 30,

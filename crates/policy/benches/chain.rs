@@ -3,7 +3,6 @@
 //! tools/bench_policy.sh compares the same network against PyTorch side by side.
 
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use criterion::{Criterion, criterion_group, criterion_main};
 use diffrl_core::normalize::Normalizer;
@@ -43,8 +42,7 @@ fn setup() -> (PolicyConfig, PolicySpec, Normalizers) {
 fn chain(c: &mut Criterion) {
     let (cfg, spec, norm) = setup();
     let device = Default::default();
-    CpuBackend::seed(&device, 0);
-    let policy = Policy::<CpuBackend>::new(cfg, spec, norm, &device).unwrap();
+    let policy = Policy::<CpuBackend>::new(cfg, spec, norm, 0, &device).unwrap();
     let mut r = rng(0);
     for b in [1usize, 64] {
         let obs = ObsBatch {
@@ -66,7 +64,7 @@ fn chain(c: &mut Criterion) {
 fn train_step(c: &mut Criterion) {
     let (cfg, spec, norm) = setup();
     let device = Default::default();
-    let mut policy = Policy::<CpuAutodiff>::new(cfg, spec, norm, &device).unwrap();
+    let mut policy = Policy::<CpuAutodiff>::new(cfg, spec, norm, 0, &device).unwrap();
     let mut optim = AdamWConfig::new().init();
     let mut r = rng(1);
     let b = 256;

@@ -172,12 +172,13 @@ pub fn load<B: Backend>(
 ) -> Result<(Policy<B>, serde_json::Value), CheckpointError> {
     let meta = load_meta(dir)?;
     let meta_path = dir.join(META_FILE);
-    let mut policy = Policy::new(meta.config, meta.spec, meta.norm, device).map_err(|source| {
-        CheckpointError::Policy {
-            path: meta_path,
-            source,
-        }
-    })?;
+    let mut policy =
+        Policy::new(meta.config, meta.spec, meta.norm, 0, device).map_err(|source| {
+            CheckpointError::Policy {
+                path: meta_path,
+                source,
+            }
+        })?;
     let wpath = dir.join(WEIGHTS_FILE);
     let bytes = std::fs::read(&wpath).map_err(io(&wpath))?;
     weights_from_bytes(&mut policy.model, bytes, &wpath)?;

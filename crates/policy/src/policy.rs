@@ -1,7 +1,7 @@
 //! The policy as the rest of diffrl sees it: a model (diffusion or Gaussian) with its config,
 //! the dimensions it was built for, and the normalisers of its inputs and outputs.
 
-use burn::module::{AutodiffModule, Module};
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use diffrl_core::config::Validate;
@@ -14,6 +14,18 @@ use crate::diffusion::{ChainSample, DiffusionModel, DiffusionProcess, SampleMode
 use crate::encoder::ObsTensors;
 use crate::error::PolicyError;
 use crate::gaussian::GaussianModel;
+
+/// Serialises weight initialisation (see [`Policy::new`]).
+static INIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Forces lazily initialised parameters to draw their values now.
+struct Materialise;
+
+impl<B: Backend> ModuleVisitor<B> for Materialise {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
+    }
+}
 
 /// The dimensions a policy was built for (from the dataset or environment spaces).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,11 +95,17 @@ pub struct Policy<B: Backend> {
 }
 
 impl<B: Backend> Policy<B> {
-    /// Builds a freshly initialised policy (weights from the backend's seeded initialisers).
+    /// Builds a freshly initialised policy whose weights depend only on `seed`.
+    ///
+    /// Burn draws initial weights from one process-wide generator (seeded by
+    /// `Backend::seed`, consumed lazily on first use); constructions are serialised here and
+    /// every parameter is materialised under the lock, so concurrent constructions (tests,
+    /// several policies in one process) cannot interleave their draws.
     pub fn new(
         config: PolicyConfig,
         spec: PolicySpec,
         norm: Normalizers,
+        seed: u64,
         device: &B::Device,
     ) -> Result<Self, PolicyError> {
         config.validate().map_err(|e| PolicyError::Config {
@@ -103,6 +121,10 @@ impl<B: Backend> Policy<B> {
         }
         let image = spec.image.map(|[c, h, w]| (c, h, w));
         let c = &config;
+        let _guard = INIT_LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        B::seed(device, seed);
         let model = match c.kind {
             PolicyKind::Diffusion => PolicyModel::Diffusion(DiffusionModel::new(
                 c.obs_horizon,
@@ -126,6 +148,8 @@ impl<B: Backend> Policy<B> {
                 device,
             )),
         };
+        model.visit(&mut Materialise);
+        drop(_guard);
         let process = (c.kind == PolicyKind::Diffusion)
             .then(|| DiffusionProcess::new(&c.diffusion, c.action_horizon));
         Ok(Self {

@@ -3,7 +3,6 @@
 
 mod common;
 
-use burn::tensor::backend::Backend as _;
 use burn::tensor::{Tensor, TensorData};
 use common::*;
 use diffrl_core::seeding::rng;
@@ -71,11 +70,10 @@ fn reference_mean(x: &[f32], eps: &[f32], a: f64, ap: f64, eta: f64) -> (Vec<f64
 /// network's own noise predictions; returns the max deviation of means and log-probs.
 fn replay(mode: SampleMode, eta: f64) -> (f64, f64) {
     let device = Default::default();
-    B::seed(&device, 3);
     let mut cfg = tiny_config(5);
     cfg.diffusion.eta = eta;
     cfg.diffusion.eval_eta = eta;
-    let policy = Policy::<B>::new(cfg.clone(), spec(), norm(), &device).unwrap();
+    let policy = Policy::<B>::new(cfg.clone(), spec(), norm(), 3, &device).unwrap();
     let o = obs(3);
     let act = policy
         .act(None, &o, mode, true, &mut rng(11), &device)
@@ -145,10 +143,9 @@ fn stochastic_chain_log_probs_match_the_closed_form() {
 #[test]
 fn recomputed_log_probs_equal_the_sampled_ones() {
     let device = Default::default();
-    AD::seed(&device, 5);
     let mut cfg = tiny_config(6);
     cfg.diffusion.ft_denoising_steps = 4;
-    let policy = Policy::<AD>::new(cfg, spec(), norm(), &device).unwrap();
+    let policy = Policy::<AD>::new(cfg, spec(), norm(), 5, &device).unwrap();
     let o = obs(4);
     let act = policy
         .valid()
@@ -170,8 +167,7 @@ fn recomputed_log_probs_equal_the_sampled_ones() {
 #[test]
 fn same_seed_same_actions_other_seed_other_actions() {
     let device = Default::default();
-    B::seed(&device, 1);
-    let policy = Policy::<B>::new(tiny_config(4), spec(), norm(), &device).unwrap();
+    let policy = Policy::<B>::new(tiny_config(4), spec(), norm(), 1, &device).unwrap();
     let a = policy
         .act(
             None,
@@ -205,4 +201,97 @@ fn same_seed_same_actions_other_seed_other_actions() {
     assert_eq!(a.actions, b.actions);
     assert_ne!(a.actions, c.actions);
     assert_eq!(a.actions.len(), 2 * 4 * 2);
+}
+
+#[test]
+fn early_steps_run_the_frozen_copy_only_before_the_last_k_prime() {
+    let device = Default::default();
+    let o = obs(2);
+    let policy = |ft: usize, seed: u64| {
+        let mut cfg = tiny_config(4);
+        cfg.diffusion.ft_denoising_steps = ft;
+        Policy::<B>::new(cfg, spec(), norm(), seed, &device).unwrap()
+    };
+    let chain = |p: &Policy<B>, frozen: Option<&PolicyModel<B>>| {
+        let act = p
+            .act(
+                frozen,
+                &o,
+                SampleMode::Stochastic,
+                true,
+                &mut rng(3),
+                &device,
+            )
+            .unwrap();
+        to_vec(act.sample.chain.unwrap())
+    };
+    let p2 = policy(2, 1);
+    let mut p4 = policy(4, 1);
+    p4.model = p2.model.clone();
+    let other_policy = policy(2, 2);
+    let own = chain(&p2, None);
+    let theirs = chain(&other_policy, None);
+    assert_ne!(theirs, own, "seeds 1 and 2 give other weights");
+    let other = other_policy.model;
+    // A frozen copy equal to the trainable network changes nothing ...
+    assert_eq!(chain(&p2, Some(&p2.model.clone())), own);
+    // ... nor does another one when every step is fine-tuned (K' = K) ...
+    assert_eq!(chain(&p4, Some(&other)), chain(&p4, None));
+    assert_eq!(chain(&p4, None), own);
+    // ... but with K' = 2 of 4, x_4..x_2 come from the frozen network and x_1, x_0 from the
+    // trainable one (same noise draws, so the prefix equals the frozen network's own chain).
+    let mixed = chain(&p2, Some(&other));
+    let per = 4 * 2;
+    let steps = |c: &Vec<f32>, r: std::ops::Range<usize>| c[r.start * per..r.end * per].to_vec();
+    assert_eq!(steps(&mixed, 0..3), steps(&theirs, 0..3));
+    assert_ne!(steps(&mixed, 2..3), steps(&own, 2..3));
+    assert_ne!(steps(&mixed, 3..5), steps(&theirs, 3..5));
+}
+
+#[test]
+fn pixel_policies_take_images() {
+    let device = Default::default();
+    let mut cfg = tiny_config(3);
+    cfg.encoder.image.channels = vec![8];
+    cfg.encoder.image.keypoints = 4;
+    cfg.encoder.image.out_dim = 8;
+    let spec = diffrl_policy::PolicySpec {
+        state_dim: 3,
+        action_dim: 2,
+        image: Some([3, 12, 12]),
+    };
+    let p = Policy::<B>::new(cfg, spec, norm(), 0, &device).unwrap();
+    let mut o = obs(2);
+    let missing = p.act(
+        None,
+        &o,
+        SampleMode::Deterministic,
+        false,
+        &mut rng(0),
+        &device,
+    );
+    assert!(missing.unwrap_err().to_string().contains("no image"));
+    o.image = Some((0..2 * 2 * 12 * 12 * 3).map(|i| (i % 251) as u8).collect());
+    let a = p
+        .act(
+            None,
+            &o,
+            SampleMode::Deterministic,
+            false,
+            &mut rng(0),
+            &device,
+        )
+        .unwrap();
+    assert_eq!(a.actions.len(), 2 * 4 * 2);
+    assert!(a.actions.iter().all(|v| v.is_finite()));
+    o.image.as_mut().unwrap().pop();
+    let short = p.act(
+        None,
+        &o,
+        SampleMode::Deterministic,
+        false,
+        &mut rng(0),
+        &device,
+    );
+    assert!(short.unwrap_err().to_string().contains("observation.image"));
 }

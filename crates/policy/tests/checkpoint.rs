@@ -2,7 +2,6 @@
 
 mod common;
 
-use burn::tensor::backend::Backend;
 use common::*;
 use diffrl_core::seeding::rng;
 use diffrl_policy::checkpoint::{self, META_FILE, WEIGHTS_FILE};
@@ -27,10 +26,9 @@ fn save_load_gives_identical_actions() {
     let dir = tempfile::tempdir().unwrap();
     let device = Default::default();
     for kind in [PolicyKind::Diffusion, PolicyKind::Gaussian] {
-        B::seed(&device, 8);
         let mut cfg = tiny_config(3);
         cfg.kind = kind;
-        let p = Policy::<B>::new(cfg, spec(), norm(), &device).unwrap();
+        let p = Policy::<B>::new(cfg, spec(), norm(), 8, &device).unwrap();
         let path = dir.path().join(format!("{kind:?}"));
         checkpoint::save(&p, &path, serde_json::json!({"step": 7})).unwrap();
         // Saving again over an existing checkpoint replaces it atomically.
@@ -51,7 +49,7 @@ fn save_load_gives_identical_actions() {
 fn broken_checkpoints_are_named_errors() {
     let dir = tempfile::tempdir().unwrap();
     let device = Default::default();
-    let p = Policy::<B>::new(tiny_config(3), spec(), norm(), &device).unwrap();
+    let p = Policy::<B>::new(tiny_config(3), spec(), norm(), 0, &device).unwrap();
     let path = dir.path().join("ckpt");
     checkpoint::save(&p, &path, serde_json::Value::Null).unwrap();
 

@@ -65,3 +65,13 @@ pub fn to_vec<Bk: burn::tensor::backend::Backend, const D: usize>(
 ) -> Vec<f32> {
     t.into_data().convert::<f32>().into_vec().unwrap()
 }
+
+/// A file of the repository. The package directory is read at run time (cargo sets it for test
+/// processes): the compile-time value goes stale when clones at other paths share one target
+/// directory and cargo reuses their test binaries.
+pub fn repo_file(rel: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    dir.join("../..").join(rel)
+}

@@ -2,14 +2,13 @@
 //! committed vectors in assets/testdata/diffusers_vectors.json (tools/diffusers_vectors.sh
 //! regenerates them; these tests need no Python).
 
+mod common;
+
 use diffrl_policy::schedule::{SamplerKind, Schedule, ScheduleKind, chain_timesteps, step_coeffs};
 use serde_json::Value;
 
 fn vectors() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../assets/testdata/diffusers_vectors.json"
-    );
+    let path = common::repo_file("assets/testdata/diffusers_vectors.json");
     let text = std::fs::read_to_string(path).expect("committed diffusers vectors");
     serde_json::from_str(&text).expect("valid JSON")
 }

@@ -59,10 +59,9 @@ impl<Bk: Backend> ModuleMapper<Bk> for Perturb {
 #[test]
 fn chain_log_prob_gradient_matches_finite_differences() {
     let device = Default::default();
-    AD::seed(&device, 21);
     let mut cfg = tiny_config(4);
     cfg.diffusion.ft_denoising_steps = 3;
-    let policy = Policy::<AD>::new(cfg, spec(), norm(), &device).unwrap();
+    let policy = Policy::<AD>::new(cfg, spec(), norm(), 21, &device).unwrap();
     let o = obs(3);
     let act = policy
         .valid()

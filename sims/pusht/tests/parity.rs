@@ -6,11 +6,18 @@ use diffrl_pusht::geometry::{GOAL, Pose, coverage, keypoints};
 use diffrl_pusht::{PushT, SUCCESS_THRESHOLD};
 use serde_json::Value;
 
+/// A file of the repository. The package directory is read at run time (cargo sets it for test
+/// processes): the compile-time value goes stale when clones at other paths share one target
+/// directory and cargo reuses their test binaries.
+fn repo_file(rel: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    dir.join("../..").join(rel)
+}
+
 fn vectors() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../assets/testdata/pusht_gym_vectors.json"
-    );
+    let path = repo_file("assets/testdata/pusht_gym_vectors.json");
     serde_json::from_str(&std::fs::read_to_string(path).expect("committed test vectors")).unwrap()
 }
 
