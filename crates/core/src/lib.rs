@@ -5,6 +5,7 @@
 //! - [`vec_env`]: [`VecEnv`], N environments stepped in parallel with autoreset.
 //! - [`episode`]: episode and rollout storage.
 //! - [`normalize`]: running statistics and normalisers stored with models.
+//! - [`reward`]: the [`reward::RewardModule`] trait learners optimise, and the env outcome.
 //! - [`config`]: TOML loading with unknown-key rejection and validation errors naming field and file.
 //! - [`run_dir`]: `runs/<name>/` folders with a config copy and an append-only `metrics.jsonl`.
 //! - [`lerobot`]: LeRobot v3.0 dataset folders (write and read).
@@ -19,6 +20,7 @@ pub mod error;
 pub mod fs;
 pub mod lerobot;
 pub mod normalize;
+pub mod reward;
 pub mod run_dir;
 pub mod seeding;
 pub mod space;

@@ -91,20 +91,20 @@ impl EvalReport {
 }
 
 /// Observation history of one environment (the last To observations, oldest first).
-struct History {
-    frames: VecDeque<Observation>,
+pub(crate) struct History {
+    pub(crate) frames: VecDeque<Observation>,
     horizon: usize,
 }
 
 impl History {
-    fn new(first: Observation, horizon: usize) -> Self {
+    pub(crate) fn new(first: Observation, horizon: usize) -> Self {
         Self {
             frames: std::iter::repeat_n(first, horizon).collect(),
             horizon,
         }
     }
 
-    fn push(&mut self, o: Observation) {
+    pub(crate) fn push(&mut self, o: Observation) {
         self.frames.push_back(o);
         while self.frames.len() > self.horizon {
             self.frames.pop_front();
@@ -113,7 +113,7 @@ impl History {
 }
 
 /// Builds the policy's batch from the histories of environments `idx`.
-fn batch(histories: &[History], idx: &[usize], images: bool) -> ObsBatch {
+pub(crate) fn batch(histories: &[History], idx: &[usize], images: bool) -> ObsBatch {
     let mut state = Vec::new();
     let mut image = images.then(Vec::new);
     for &i in idx {

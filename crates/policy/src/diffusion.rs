@@ -245,6 +245,42 @@ impl DiffusionProcess {
         Tensor::stack(out, 1)
     }
 
+    /// Log-probs of single reverse steps of stored chains under `model`, one (observation,
+    /// step) pair per row, so that a minibatch can mix environment steps and denoising steps
+    /// (ALGORITHMS.md §3). `step[n]` is the chain index i of pair n (x_i -> x_{i+1} of the
+    /// stored chain, i in 0..K); `x`, `next`: [N, Tp, Da]. Returns [N].
+    pub fn pair_logprobs<B: Backend>(
+        &self,
+        model: &DiffusionModel<B>,
+        obs: &ObsTensors<B>,
+        x: Tensor<B, 3>,
+        next: Tensor<B, 3>,
+        step: &[usize],
+    ) -> Tensor<B, 1> {
+        let [n, tp, _] = x.dims();
+        let device = x.device();
+        let col = |f: &dyn Fn(&StepCoeffs) -> f64| {
+            let v: Vec<f32> = step.iter().map(|&i| f(&self.rollout[i]) as f32).collect();
+            Tensor::<B, 1>::from_data(TensorData::new(v, [n]), &device)
+        };
+        let t = col(&|c| c.t as f64);
+        let eps = model
+            .denoiser
+            .forward(x.clone(), t, model.encoder.forward(obs));
+        let c3 = |f: &dyn Fn(&StepCoeffs) -> f64| col(f).reshape([n, 1, 1]);
+        let clip = self.cfg.clip_x0;
+        let x0 = ((x.clone() - eps * c3(&|c| c.sqrt_one_minus_abar)) / c3(&|c| c.sqrt_abar))
+            .clamp(-clip, clip);
+        let mu = x0 * c3(&|c| c.c_x0) + x * c3(&|c| c.c_xt);
+        let std = c3(&|c| self.logprob_std(c));
+        let z = (next - mu) / std.clone();
+        let [lo, hi] = self.cfg.logprob_clamp;
+        let lp = (z.square() * -0.5 - std.log() - HALF_LN_2PI).clamp(lo, hi);
+        lp.narrow(1, 0, self.action_horizon.min(tp))
+            .mean_dims(&[1, 2])
+            .reshape([n])
+    }
+
     /// mu = c_x0 * clamp(x0_hat) + c_xt * x.
     fn mean<B: Backend>(&self, x: Tensor<B, 3>, eps: Tensor<B, 3>, c: &StepCoeffs) -> Tensor<B, 3> {
         let clip = self.cfg.clip_x0;

@@ -20,7 +20,7 @@ pub mod vision;
 pub use config::PolicyConfig;
 pub use diffusion::{ChainSample, DiffusionProcess, SampleMode};
 pub use error::{CheckpointError, PolicyError};
-pub use policy::{Act, Normalizers, ObsBatch, Policy, PolicyModel, PolicySpec};
+pub use policy::{Act, Normalizers, ObsBatch, Policy, PolicyModel, PolicySpec, seeded_init};
 
 /// The CPU backend used by default (pure-Rust Flex).
 pub type CpuBackend = burn::backend::Flex;

@@ -1,7 +1,7 @@
 //! The policy as the rest of diffrl sees it: a model (diffusion or Gaussian) with its config,
 //! the dimensions it was built for, and the normalisers of its inputs and outputs.
 
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use diffrl_core::config::Validate;
@@ -15,7 +15,7 @@ use crate::encoder::ObsTensors;
 use crate::error::PolicyError;
 use crate::gaussian::GaussianModel;
 
-/// Serialises weight initialisation (see [`Policy::new`]).
+/// Serialises weight initialisation (see [`seeded_init`]).
 static INIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Forces lazily initialised parameters to draw their values now.
@@ -25,6 +25,26 @@ impl<B: Backend> ModuleVisitor<B> for Materialise {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let _ = param.val();
     }
+}
+
+/// Builds a module whose initial weights depend only on `seed`.
+///
+/// Burn draws initial weights from one process-wide generator (seeded by `Backend::seed`,
+/// consumed lazily when a parameter is first used); builds are serialised here and every
+/// parameter is materialised under the lock, so concurrent builds (tests, a policy and a critic
+/// in one process) cannot interleave their draws.
+pub fn seeded_init<B: Backend, M: Module<B>>(
+    device: &B::Device,
+    seed: u64,
+    build: impl FnOnce() -> M,
+) -> M {
+    let _guard = INIT_LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    B::seed(device, seed);
+    let model = build();
+    model.visit(&mut Materialise);
+    model
 }
 
 /// The dimensions a policy was built for (from the dataset or environment spaces).
@@ -95,12 +115,8 @@ pub struct Policy<B: Backend> {
 }
 
 impl<B: Backend> Policy<B> {
-    /// Builds a freshly initialised policy whose weights depend only on `seed`.
-    ///
-    /// Burn draws initial weights from one process-wide generator (seeded by
-    /// `Backend::seed`, consumed lazily on first use); constructions are serialised here and
-    /// every parameter is materialised under the lock, so concurrent constructions (tests,
-    /// several policies in one process) cannot interleave their draws.
+    /// Builds a freshly initialised policy whose weights depend only on `seed` (see
+    /// [`seeded_init`]).
     pub fn new(
         config: PolicyConfig,
         spec: PolicySpec,
@@ -121,11 +137,7 @@ impl<B: Backend> Policy<B> {
         }
         let image = spec.image.map(|[c, h, w]| (c, h, w));
         let c = &config;
-        let _guard = INIT_LOCK
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        B::seed(device, seed);
-        let model = match c.kind {
+        let model = seeded_init::<B, _>(device, seed, || match c.kind {
             PolicyKind::Diffusion => PolicyModel::Diffusion(DiffusionModel::new(
                 c.obs_horizon,
                 spec.state_dim,
@@ -147,9 +159,7 @@ impl<B: Backend> Policy<B> {
                 c.diffusion.noise_clip,
                 device,
             )),
-        };
-        model.visit(&mut Materialise);
-        drop(_guard);
+        });
         let process = (c.kind == PolicyKind::Diffusion)
             .then(|| DiffusionProcess::new(&c.diffusion, c.action_horizon));
         Ok(Self {
@@ -170,6 +180,28 @@ impl<B: Backend> Policy<B> {
             norm: self.norm.clone(),
             process: self.process.clone(),
         }
+    }
+
+    /// The same network fine-tuning only the last `ft` denoising steps (K'; 0 = all): earlier
+    /// steps then run the frozen copy passed to [`Policy::act`]. Fails when K' > K.
+    pub fn with_fine_tuned_steps(&self, ft: usize) -> Result<Self, PolicyError> {
+        let mut config = self.config.clone();
+        config.diffusion.ft_denoising_steps = ft;
+        config.validate().map_err(|e| PolicyError::Config {
+            field: e.field,
+            message: e.message,
+        })?;
+        let process = self
+            .process
+            .as_ref()
+            .map(|_| DiffusionProcess::new(&config.diffusion, config.action_horizon));
+        Ok(Policy {
+            model: self.model.clone(),
+            config,
+            spec: self.spec.clone(),
+            norm: self.norm.clone(),
+            process,
+        })
     }
 
     /// The diffusion process (None for Gaussian policies).
@@ -316,9 +348,43 @@ impl<B: Backend> Policy<B> {
             (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
         }
     }
+
+    /// Log-probs of single chain steps, one (observation, step) pair per row (see
+    /// [`DiffusionProcess::pair_logprobs`]): `x`, `next` [N, Tp, Da] normalised, `step[n]` the
+    /// chain index of the pair. Gaussian policies have one step: `next` is the action chunk.
+    pub fn pair_logprobs(
+        &self,
+        obs: &ObsTensors<B>,
+        x: Tensor<B, 3>,
+        next: Tensor<B, 3>,
+        step: &[usize],
+    ) -> Tensor<B, 1> {
+        match (&self.model, &self.process) {
+            (PolicyModel::Diffusion(m), Some(p)) => p.pair_logprobs(m, obs, x, next, step),
+            (PolicyModel::Gaussian(g), _) => g.logp(obs, next, self.config.action_horizon),
+            (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
+        }
+    }
+}
+
+/// Marks every float parameter as trainable.
+struct RequireGrad;
+
+impl<B: Backend> ModuleMapper<B> for RequireGrad {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, t, mapper) = param.consume();
+        Param::from_mapped_value(id, t.set_require_grad(true), mapper)
+    }
 }
 
 impl<B: AutodiffBackend> Policy<B> {
+    /// A trainable copy of an inference policy (e.g. a loaded checkpoint to fine-tune): same
+    /// weights, every parameter tracked by autodiff.
+    pub fn trainable(inner: &Policy<B::InnerBackend>) -> Self {
+        let model = PolicyModel::<B>::from_inner(inner.model.clone()).map(&mut RequireGrad);
+        inner.with_model(model)
+    }
+
     /// The inference copy (no autodiff graph) of a trainable policy.
     pub fn valid(&self) -> Policy<B::InnerBackend> {
         self.with_model(self.model.valid())

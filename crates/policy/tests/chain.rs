@@ -295,3 +295,55 @@ fn pixel_policies_take_images() {
     );
     assert!(short.unwrap_err().to_string().contains("observation.image"));
 }
+
+#[test]
+fn pair_log_probs_equal_the_chain_log_probs() {
+    let device = Default::default();
+    let mut cfg = tiny_config(5);
+    cfg.diffusion.ft_denoising_steps = 5;
+    let policy = Policy::<B>::new(cfg, spec(), norm(), 9, &device).unwrap();
+    let o = obs(3);
+    let act = policy
+        .act(None, &o, SampleMode::Stochastic, true, &mut rng(4), &device)
+        .unwrap();
+    let chain = act.sample.chain.unwrap();
+    let want = to_vec(act.sample.logp.unwrap());
+    let obs_t = policy.obs_tensors(&o, &device).unwrap();
+    // Every (observation, step) pair, in an order that mixes both.
+    let pairs: Vec<(usize, usize)> = (0..5).flat_map(|i| (0..3).map(move |b| (b, i))).collect();
+    let rows: Vec<usize> = pairs.iter().map(|&(b, _)| b).collect();
+    let pick = |off: usize| {
+        let xs = pairs
+            .iter()
+            .map(|&(b, i)| {
+                chain
+                    .clone()
+                    .narrow(0, b, 1)
+                    .narrow(1, i + off, 1)
+                    .reshape([1, 4, 2])
+            })
+            .collect();
+        Tensor::cat(xs, 0)
+    };
+    let idx = Tensor::from_data(
+        TensorData::new(
+            rows.iter().map(|&r| r as i64).collect::<Vec<_>>(),
+            [rows.len()],
+        ),
+        &device,
+    );
+    let obs_rows = diffrl_policy::encoder::ObsTensors {
+        state: obs_t.state.clone().select(0, idx),
+        image: None,
+    };
+    let steps: Vec<usize> = pairs.iter().map(|&(_, i)| i).collect();
+    let got = to_vec(policy.pair_logprobs(&obs_rows, pick(0), pick(1), &steps));
+    for (n, &(b, i)) in pairs.iter().enumerate() {
+        assert!(
+            (got[n] - want[b * 5 + i]).abs() < 1e-5,
+            "pair {n}: {} vs {}",
+            got[n],
+            want[b * 5 + i]
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! Rewards a learner optimises, computed from finished episodes. Learners take any
+//! [`RewardModule`]; the default is the environment's own outcome ([`OutcomeReward`]), learned
+//! progress and process rewards (the reward crate) plug in through the same trait.
+
+use serde::{Deserialize, Serialize};
+
+use crate::episode::Episode;
+
+/// What a reward module says about one episode.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EpisodeRewards {
+    /// The outcome R of the episode (one number per rollout).
+    pub outcome: f64,
+    /// Optional per-step rewards r_t, one per environment step of the episode.
+    pub per_step: Option<Vec<f64>>,
+}
+
+/// Turns finished episodes into the rewards a learner optimises.
+pub trait RewardModule: Send + Sync {
+    /// A short name for logs and metrics.
+    fn name(&self) -> String;
+    /// Rewards of one finished episode. Non-finite values are the learner's to reject.
+    fn rewards(&self, episode: &Episode) -> EpisodeRewards;
+}
+
+/// Which episode statistic is the outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The highest task score reached (Push-T: coverage of the goal), in [0, 1].
+    #[default]
+    Score,
+    /// 1 when the task was solved at any step, else 0.
+    Success,
+    /// The sum of the environment's rewards.
+    Return,
+}
+
+/// The environment's verifiable outcome; per-step rewards are the environment's rewards.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct OutcomeReward {
+    /// The statistic used as outcome.
+    pub outcome: Outcome,
+    /// Added to the outcome of successful episodes (0 = none).
+    pub success_bonus: f64,
+}
+
+impl RewardModule for OutcomeReward {
+    fn name(&self) -> String {
+        format!("{:?}", self.outcome).to_lowercase()
+    }
+
+    fn rewards(&self, ep: &Episode) -> EpisodeRewards {
+        let base = match self.outcome {
+            Outcome::Score => f64::from(ep.max_score()),
+            Outcome::Success => f64::from(u8::from(ep.success())),
+            Outcome::Return => f64::from(ep.total_reward()),
+        };
+        let bonus = if ep.success() {
+            self.success_bonus
+        } else {
+            0.0
+        };
+        EpisodeRewards {
+            outcome: base + bonus,
+            per_step: Some(ep.rewards.iter().map(|&r| f64::from(r)).collect()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::Observation;
+
+    fn episode(scores: &[f32], success_at: Option<usize>) -> Episode {
+        let mut ep = Episode::default();
+        for (t, &s) in scores.iter().enumerate() {
+            let obs = Observation {
+                state: vec![0.0],
+                ..Default::default()
+            };
+            ep.push(obs, vec![0.0], s / 2.0, s, Some(t) == success_at);
+        }
+        ep
+    }
+
+    #[test]
+    fn outcomes_read_the_episode() {
+        let ep = episode(&[0.1, 0.7, 0.4], None);
+        let r = |outcome, success_bonus| {
+            OutcomeReward {
+                outcome,
+                success_bonus,
+            }
+            .rewards(&ep)
+        };
+        assert!((r(Outcome::Score, 1.0).outcome - 0.7).abs() < 1e-6);
+        assert_eq!(r(Outcome::Success, 1.0).outcome, 0.0);
+        assert!((r(Outcome::Return, 0.0).outcome - 0.6).abs() < 1e-6);
+        assert_eq!(r(Outcome::Score, 0.0).per_step.unwrap().len(), 3);
+        let won = episode(&[0.2, 0.96], Some(1));
+        let r = OutcomeReward {
+            outcome: Outcome::Success,
+            success_bonus: 0.5,
+        };
+        assert_eq!(r.rewards(&won).outcome, 1.5);
+    }
+}

@@ -1,0 +1,982 @@
+//! Group-relative advantage estimators (ALGORITHMS.md §3): GRPO, Dr.GRPO, the variance-gated
+//! VG-GRPO, per-step process advantages and GiGPO, for ONE group of G rollouts that share an
+//! initial state and an instruction.
+//!
+//! Every function here is pure: rewards in, advantages out. [`group_advantages`] checks the
+//! inputs (lengths, NaN / infinite rewards) and dispatches on [`Estimator`]; the individual
+//! estimators are exported so tests and diagnostics can call them directly.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Added to every standard deviation we divide by (GRPO's epsilon).
+const STD_EPS: f64 = 1e-6;
+
+/// Below this population standard deviation a set of rewards counts as constant: a group with
+/// constant outcomes has zero variance and its outcome advantages are exactly 0.
+const ZERO_VARIANCE_STD: f64 = 1e-12;
+
+/// Which advantage estimator turns a group's rewards into per-step advantages.
+///
+/// Serialised in kebab-case, e.g. `estimator = "vg-grpo"` in TOML.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Estimator {
+    /// GRPO: A_i = (R_i - mean R) / (std R + 1e-6) for every step of rollout i.
+    #[default]
+    Grpo,
+    /// Dr.GRPO: A_i = R_i - mean R (no division by the std).
+    DrGrpo,
+    /// VG-GRPO: the GRPO advantage times the variance gate g(std R) (see [`variance_gate`]).
+    VgGrpo,
+    /// Process advantages from per-step rewards: reward-to-go of the group-normalised step
+    /// rewards (see [`process_advantages`]).
+    Process,
+    /// GiGPO: A_{i,t} = A^E_i + omega * A^S_{i,t}, episode GRPO advantage plus an anchor-state
+    /// step advantage (see [`gigpo_step_advantages`]).
+    Gigpo,
+}
+
+impl Estimator {
+    /// The name used in configs (`"grpo"`, `"dr-grpo"`, `"vg-grpo"`, `"process"`, `"gigpo"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Grpo => "grpo",
+            Self::DrGrpo => "dr-grpo",
+            Self::VgGrpo => "vg-grpo",
+            Self::Process => "process",
+            Self::Gigpo => "gigpo",
+        }
+    }
+}
+
+impl fmt::Display for Estimator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How advantages are estimated from a group's rewards.
+///
+/// - `estimator`: which estimator (default `grpo`).
+/// - `vg_tau`: variance-gate scale tau (> 0, default 0.1); used by `vg-grpo`.
+/// - `vg_hard`: use the hard gate 1[std > tau] instead of the soft std^2 / (std^2 + tau^2)
+///   (default false).
+/// - `gigpo_omega`: weight omega (>= 0) of the step advantage A^S in GiGPO (default 1.0).
+/// - `gigpo_gamma`: discount gamma in (0, 1] of the step returns in GiGPO (default 0.95).
+/// - `gigpo_grid`: cell size (> 0, in state units) of the grid that quantises states into
+///   GiGPO anchors (default 5.0).
+/// - `gigpo_normalise`: divide A^S by the anchor cluster's std (+ 1e-6) (default false).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdvantageConfig {
+    /// Which estimator.
+    pub estimator: Estimator,
+    /// Variance-gate scale tau (> 0).
+    pub vg_tau: f64,
+    /// Hard variance gate 1[std > tau] instead of the soft std^2 / (std^2 + tau^2).
+    pub vg_hard: bool,
+    /// Weight omega (>= 0) of GiGPO's step advantage.
+    pub gigpo_omega: f64,
+    /// Discount gamma in (0, 1] of GiGPO's step returns.
+    pub gigpo_gamma: f64,
+    /// Anchor quantisation cell size (> 0, in state units).
+    pub gigpo_grid: f64,
+    /// Divide GiGPO's step advantage by the anchor cluster's std (+ 1e-6).
+    pub gigpo_normalise: bool,
+}
+
+impl Default for AdvantageConfig {
+    fn default() -> Self {
+        Self {
+            estimator: Estimator::Grpo,
+            vg_tau: 0.1,
+            vg_hard: false,
+            gigpo_omega: 1.0,
+            gigpo_gamma: 0.95,
+            gigpo_grid: 5.0,
+            gigpo_normalise: false,
+        }
+    }
+}
+
+impl AdvantageConfig {
+    /// Checks the ranges: `vg_tau` > 0, `gigpo_omega` >= 0, `gigpo_gamma` in (0, 1],
+    /// `gigpo_grid` > 0, all finite.
+    pub fn validate(&self) -> Result<(), AdvantageError> {
+        let bad = |field: &'static str, message: String| AdvantageError::Config { field, message };
+        if !(self.vg_tau.is_finite() && self.vg_tau > 0.0) {
+            return Err(bad(
+                "vg_tau",
+                format!("must be finite and > 0, got {}", self.vg_tau),
+            ));
+        }
+        if !(self.gigpo_omega.is_finite() && self.gigpo_omega >= 0.0) {
+            return Err(bad(
+                "gigpo_omega",
+                format!("must be finite and >= 0, got {}", self.gigpo_omega),
+            ));
+        }
+        if !(self.gigpo_gamma > 0.0 && self.gigpo_gamma <= 1.0) {
+            return Err(bad(
+                "gigpo_gamma",
+                format!("must be in (0, 1], got {}", self.gigpo_gamma),
+            ));
+        }
+        if !(self.gigpo_grid.is_finite() && self.gigpo_grid > 0.0) {
+            return Err(bad(
+                "gigpo_grid",
+                format!("must be finite and > 0, got {}", self.gigpo_grid),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a group's advantages could not be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdvantageError {
+    /// A reward or anchor state is NaN or infinite.
+    #[error(
+        "{what} of rollout {rollout}{} is {value}",
+        .step.map(|s| format!(" at step {s}")).unwrap_or_default()
+    )]
+    NonFinite {
+        /// Which quantity (`"outcome reward"`, `"step reward"`, `"anchor state"`).
+        what: &'static str,
+        /// Index of the rollout in the group.
+        rollout: usize,
+        /// Index of the env step, for per-step quantities.
+        step: Option<usize>,
+        /// The offending value.
+        value: f64,
+    },
+    /// The estimator needs an input the group does not have.
+    #[error("the {estimator} estimator needs {needs}")]
+    Missing {
+        /// The estimator asking.
+        estimator: Estimator,
+        /// What it needs (`"per-step rewards"`, `"anchor states"`).
+        needs: &'static str,
+    },
+    /// A per-rollout input has a different number of rollouts than the outcomes.
+    #[error("{what} has {got} rollouts, the group has {expected}")]
+    Count {
+        /// Which input (`"lengths"`, `"step rewards"`, `"anchor states"`).
+        what: &'static str,
+        /// Number of rollouts in the group (outcomes).
+        expected: usize,
+        /// Number given.
+        got: usize,
+    },
+    /// A rollout's per-step input has the wrong number of env steps.
+    #[error("rollout {rollout}: {what} has {got} steps, expected {expected}")]
+    Length {
+        /// Which input (`"step rewards"`, `"anchor states"`).
+        what: &'static str,
+        /// Index of the rollout in the group.
+        rollout: usize,
+        /// Number of env steps of the rollout (`lengths[rollout]`).
+        expected: usize,
+        /// Number given.
+        got: usize,
+    },
+    /// A configuration field is out of range.
+    #[error("advantage config: {field} {message}")]
+    Config {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The group has no rollouts.
+    #[error("a group needs at least one rollout")]
+    EmptyGroup,
+}
+
+/// The rewards of one group of G rollouts.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupRewards<'a> {
+    /// Outcome reward R_i of each rollout (length G).
+    pub outcomes: &'a [f64],
+    /// Step rewards r_{i,t}: per rollout, per env step (rollouts may differ in length).
+    pub steps: Option<&'a [Vec<f64>]>,
+    /// GiGPO anchors: per rollout, per env step, the state observed at that step; same lengths
+    /// as `steps`.
+    pub anchors: Option<&'a [Vec<Vec<f32>>]>,
+}
+
+/// Advantages of one group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupAdvantages {
+    /// A_{i,t}: per rollout, per env step (rollout i has `lengths[i]` entries).
+    pub per_step: Vec<Vec<f64>>,
+    /// The outcomes of the group are all equal (population std < 1e-12).
+    pub zero_variance: bool,
+    /// Mean of the outcomes.
+    pub mean: f64,
+    /// Population standard deviation (ddof = 0) of the outcomes.
+    pub std: f64,
+}
+
+/// Mean and population standard deviation (ddof = 0) of `values`; (0, 0) when empty.
+pub fn mean_std(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}
+
+/// GRPO advantages (Shao et al. 2024, DeepSeekMath):
+/// A_i = (R_i - mean R) / (std R + 1e-6), population std.
+///
+/// Constant outcomes (std < 1e-12, which includes G = 1) give exactly 0 for every rollout, so
+/// rounding in the mean cannot leak through the division.
+pub fn grpo(outcomes: &[f64]) -> Vec<f64> {
+    let (mean, std) = mean_std(outcomes);
+    if std < ZERO_VARIANCE_STD {
+        return vec![0.0; outcomes.len()];
+    }
+    outcomes
+        .iter()
+        .map(|r| (r - mean) / (std + STD_EPS))
+        .collect()
+}
+
+/// Dr.GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-like training"):
+/// A_i = R_i - mean R. Constant outcomes give exactly 0.
+pub fn dr_grpo(outcomes: &[f64]) -> Vec<f64> {
+    let (mean, std) = mean_std(outcomes);
+    if std < ZERO_VARIANCE_STD {
+        return vec![0.0; outcomes.len()];
+    }
+    outcomes.iter().map(|r| r - mean).collect()
+}
+
+/// Variance gate of VG-GRPO (our choice of formula, ALGORITHMS.md §3):
+/// soft g = std^2 / (std^2 + tau^2), hard g = 1[std > tau]. VG-GRPO's advantage is
+/// g * [`grpo`], so low-variance groups, whose normalised advantages are mostly noise, are
+/// damped.
+pub fn variance_gate(std: f64, tau: f64, hard: bool) -> f64 {
+    if hard {
+        if std > tau { 1.0 } else { 0.0 }
+    } else {
+        let var = std * std;
+        var / (var + tau * tau)
+    }
+}
+
+/// Process advantages from step rewards: normalise ALL step rewards of the group together,
+/// r~ = (r - mean) / (std + 1e-6) (population std), then take the reward-to-go
+/// A_{i,t} = sum_{t' >= t} r~_{i,t'}.
+///
+/// Empty rollouts give empty vectors; constant step rewards (std < 1e-12) give 0 everywhere.
+pub fn process_advantages(step_rewards: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let all: Vec<f64> = step_rewards.iter().flatten().copied().collect();
+    let (mean, std) = mean_std(&all);
+    if std < ZERO_VARIANCE_STD {
+        return step_rewards.iter().map(|r| vec![0.0; r.len()]).collect();
+    }
+    step_rewards
+        .iter()
+        .map(|rewards| {
+            let mut to_go = vec![0.0; rewards.len()];
+            let mut acc = 0.0;
+            for (t, r) in rewards.iter().enumerate().rev() {
+                acc += (r - mean) / (std + STD_EPS);
+                to_go[t] = acc;
+            }
+            to_go
+        })
+        .collect()
+}
+
+/// Discounted returns R_t = sum_k gamma^k r_{t+k}, computed backwards as
+/// R_t = r_t + gamma * R_{t+1}.
+pub fn discounted_returns(r: &[f64], gamma: f64) -> Vec<f64> {
+    let mut returns = vec![0.0; r.len()];
+    let mut acc = 0.0;
+    for (t, reward) in r.iter().enumerate().rev() {
+        acc = reward + gamma * acc;
+        returns[t] = acc;
+    }
+    returns
+}
+
+/// GiGPO anchor key of a continuous state (our choice, ALGORITHMS.md §3): each component is
+/// quantised to its grid cell `(x / grid).floor() as i64`, and the cell (its dimension, then
+/// its integer coordinates as little-endian bytes) is hashed with 64-bit FNV-1a.
+///
+/// FNV-1a is written out rather than taken from `std`'s `DefaultHasher` so that keys are the
+/// same on every platform, run and Rust version. States in the same cell get the same key;
+/// different cells collide only by a 64-bit hash collision.
+pub fn anchor_key(state: &[f32], grid: f64) -> u64 {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = FNV_OFFSET;
+    let mut eat = |bytes: [u8; 8]| {
+        for b in bytes {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(FNV_PRIME);
+        }
+    };
+    eat((state.len() as u64).to_le_bytes());
+    for &x in state {
+        let cell = (f64::from(x) / grid).floor() as i64;
+        eat(cell.to_le_bytes());
+    }
+    hash
+}
+
+/// GiGPO step advantages (Feng et al. 2025, "Group-in-Group Policy Optimization"):
+/// R_{i,t} = sum_k gamma^k r_{i,t+k}; all steps (i, t) of the group are clustered by the
+/// [`anchor_key`] of their anchor state; A^S_{i,t} = R_{i,t} - mean over the cluster,
+/// divided by (cluster std + 1e-6) when `normalise`. Singleton clusters get 0.
+///
+/// # Panics
+/// When `anchors` does not have the shape of `step_rewards` ([`group_advantages`] checks this
+/// and returns an error instead).
+pub fn gigpo_step_advantages(
+    step_rewards: &[Vec<f64>],
+    anchors: &[Vec<Vec<f32>>],
+    gamma: f64,
+    grid: f64,
+    normalise: bool,
+) -> Vec<Vec<f64>> {
+    assert_eq!(
+        step_rewards.len(),
+        anchors.len(),
+        "one anchor sequence per rollout"
+    );
+    let returns: Vec<Vec<f64>> = step_rewards
+        .iter()
+        .map(|r| discounted_returns(r, gamma))
+        .collect();
+    // Clusters are keyed by anchor and listed in first-visit order so the result does not
+    // depend on HashMap iteration order.
+    let mut cluster_of: std::collections::HashMap<u64, usize> = Default::default();
+    let mut members: Vec<Vec<(usize, usize)>> = Vec::new();
+    for (i, (rollout_returns, states)) in returns.iter().zip(anchors).enumerate() {
+        assert_eq!(
+            rollout_returns.len(),
+            states.len(),
+            "rollout {i}: one anchor state per step reward"
+        );
+        for (t, state) in states.iter().enumerate() {
+            let next = members.len();
+            let c = *cluster_of.entry(anchor_key(state, grid)).or_insert(next);
+            if c == next {
+                members.push(Vec::new());
+            }
+            members[c].push((i, t));
+        }
+    }
+    let mut advantages: Vec<Vec<f64>> = returns.iter().map(|r| vec![0.0; r.len()]).collect();
+    for cluster in members.iter().filter(|m| m.len() > 1) {
+        let values: Vec<f64> = cluster.iter().map(|&(i, t)| returns[i][t]).collect();
+        let (mean, std) = mean_std(&values);
+        for (&(i, t), value) in cluster.iter().zip(&values) {
+            let centred = value - mean;
+            advantages[i][t] = if normalise {
+                centred / (std + STD_EPS)
+            } else {
+                centred
+            };
+        }
+    }
+    advantages
+}
+
+/// DAPO dynamic sampling (Yu et al. 2025): keep the group only when its outcomes are not all
+/// equal (a constant group has zero advantage and teaches nothing).
+pub fn dapo_keep(outcomes: &[f64]) -> bool {
+    outcomes.iter().any(|&r| r != outcomes[0])
+}
+
+fn check_finite(
+    what: &'static str,
+    rollout: usize,
+    step: Option<usize>,
+    value: f64,
+) -> Result<(), AdvantageError> {
+    if value.is_finite() {
+        Ok(())
+    } else {
+        Err(AdvantageError::NonFinite {
+            what,
+            rollout,
+            step,
+            value,
+        })
+    }
+}
+
+fn check_shape<T>(
+    what: &'static str,
+    per_rollout: &[Vec<T>],
+    lengths: &[usize],
+) -> Result<(), AdvantageError> {
+    if per_rollout.len() != lengths.len() {
+        return Err(AdvantageError::Count {
+            what,
+            expected: lengths.len(),
+            got: per_rollout.len(),
+        });
+    }
+    for (rollout, (seq, &expected)) in per_rollout.iter().zip(lengths).enumerate() {
+        if seq.len() != expected {
+            return Err(AdvantageError::Length {
+                what,
+                rollout,
+                expected,
+                got: seq.len(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Advantages of one group with the estimator of `cfg`: A_{i,t} for every rollout i and env
+/// step t < `lengths[i]`.
+///
+/// GRPO, Dr.GRPO and VG-GRPO give every step of rollout i the same A_i; `process` needs
+/// `group.steps`; `gigpo` needs `group.steps` and `group.anchors`. Whenever `steps` or
+/// `anchors` are given, their shapes must match `lengths` and every value must be finite,
+/// whichever estimator is used: NaN or infinite rewards are an error, never dropped.
+pub fn group_advantages(
+    cfg: &AdvantageConfig,
+    group: &GroupRewards,
+    lengths: &[usize],
+) -> Result<GroupAdvantages, AdvantageError> {
+    cfg.validate()?;
+    let outcomes = group.outcomes;
+    if outcomes.is_empty() {
+        return Err(AdvantageError::EmptyGroup);
+    }
+    if lengths.len() != outcomes.len() {
+        return Err(AdvantageError::Count {
+            what: "lengths",
+            expected: outcomes.len(),
+            got: lengths.len(),
+        });
+    }
+    for (i, &r) in outcomes.iter().enumerate() {
+        check_finite("outcome reward", i, None, r)?;
+    }
+    if let Some(steps) = group.steps {
+        check_shape("step rewards", steps, lengths)?;
+        for (i, rewards) in steps.iter().enumerate() {
+            for (t, &r) in rewards.iter().enumerate() {
+                check_finite("step reward", i, Some(t), r)?;
+            }
+        }
+    }
+    if let Some(anchors) = group.anchors {
+        check_shape("anchor states", anchors, lengths)?;
+        for (i, states) in anchors.iter().enumerate() {
+            for (t, state) in states.iter().enumerate() {
+                for &x in state {
+                    check_finite("anchor state", i, Some(t), f64::from(x))?;
+                }
+            }
+        }
+    }
+
+    let (mean, std) = mean_std(outcomes);
+    let per_rollout = |a: Vec<f64>| -> Vec<Vec<f64>> {
+        a.iter().zip(lengths).map(|(&a, &n)| vec![a; n]).collect()
+    };
+    let needs = |needs: &'static str| AdvantageError::Missing {
+        estimator: cfg.estimator,
+        needs,
+    };
+    let per_step = match cfg.estimator {
+        Estimator::Grpo => per_rollout(grpo(outcomes)),
+        Estimator::DrGrpo => per_rollout(dr_grpo(outcomes)),
+        Estimator::VgGrpo => {
+            let gate = variance_gate(std, cfg.vg_tau, cfg.vg_hard);
+            per_rollout(grpo(outcomes).into_iter().map(|a| gate * a).collect())
+        }
+        Estimator::Process => {
+            process_advantages(group.steps.ok_or_else(|| needs("per-step rewards"))?)
+        }
+        Estimator::Gigpo => {
+            let steps = group.steps.ok_or_else(|| needs("per-step rewards"))?;
+            let anchors = group.anchors.ok_or_else(|| needs("anchor states"))?;
+            let step_adv = gigpo_step_advantages(
+                steps,
+                anchors,
+                cfg.gigpo_gamma,
+                cfg.gigpo_grid,
+                cfg.gigpo_normalise,
+            );
+            grpo(outcomes)
+                .into_iter()
+                .zip(step_adv)
+                .map(|(episode, steps)| {
+                    steps
+                        .into_iter()
+                        .map(|s| episode + cfg.gigpo_omega * s)
+                        .collect()
+                })
+                .collect()
+        }
+    };
+    Ok(GroupAdvantages {
+        per_step,
+        zero_variance: std < ZERO_VARIANCE_STD,
+        mean,
+        std,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOL: f64 = 1e-9;
+
+    fn close(got: &[f64], want: &[f64]) {
+        assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < TOL, "{got:?} vs {want:?}");
+        }
+    }
+
+    fn close2(got: &[Vec<f64>], want: &[Vec<f64>]) {
+        assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+        for (g, w) in got.iter().zip(want) {
+            close(g, w);
+        }
+    }
+
+    fn cfg(estimator: Estimator) -> AdvantageConfig {
+        AdvantageConfig {
+            estimator,
+            ..AdvantageConfig::default()
+        }
+    }
+
+    fn outcomes_only(outcomes: &[f64]) -> GroupRewards<'_> {
+        GroupRewards {
+            outcomes,
+            steps: None,
+            anchors: None,
+        }
+    }
+
+    #[test]
+    fn grpo_normalises_by_population_std_plus_eps() {
+        // mean 0.5, population std 0.5: A = +-0.5 / 0.500001 = +-0.999998000004.
+        let a: f64 = 0.5 / 0.500_001;
+        assert!((a - 0.999_998_000_004).abs() < 1e-12);
+        close(&grpo(&[1.0, 0.0, 0.0, 1.0]), &[a, -a, -a, a]);
+        // mean 2, std sqrt(2/3).
+        let s = (2.0f64 / 3.0).sqrt() + 1e-6;
+        close(&grpo(&[3.0, 1.0, 2.0]), &[1.0 / s, -1.0 / s, 0.0]);
+    }
+
+    #[test]
+    fn dr_grpo_only_centres() {
+        close(&dr_grpo(&[3.0, 1.0, 2.0]), &[1.0, -1.0, 0.0]);
+        close(&dr_grpo(&[1.0, 0.0, 0.0, 1.0]), &[0.5, -0.5, -0.5, 0.5]);
+    }
+
+    #[test]
+    fn variance_gate_soft_and_hard() {
+        assert!((variance_gate(0.1, 0.1, false) - 0.5).abs() < TOL);
+        assert!((variance_gate(0.2, 0.1, false) - 0.8).abs() < TOL);
+        assert!((variance_gate(0.0, 0.1, false)).abs() < TOL);
+        assert_eq!(variance_gate(0.2, 0.1, true), 1.0);
+        assert_eq!(variance_gate(0.1, 0.1, true), 0.0);
+        assert_eq!(variance_gate(0.05, 0.1, true), 0.0);
+    }
+
+    #[test]
+    fn vg_grpo_scales_grpo_by_the_gate() {
+        // std 0.5, tau 0.1: g = 0.25 / 0.26.
+        let out = [1.0, 0.0, 0.0, 1.0];
+        let adv =
+            group_advantages(&cfg(Estimator::VgGrpo), &outcomes_only(&out), &[1, 2, 0, 1]).unwrap();
+        let a = 0.25 / 0.26 * 0.5 / 0.500_001;
+        close2(&adv.per_step, &[vec![a], vec![-a, -a], vec![], vec![a]]);
+        assert!((adv.mean - 0.5).abs() < TOL && (adv.std - 0.5).abs() < TOL);
+        assert!(!adv.zero_variance);
+
+        let hard = AdvantageConfig {
+            vg_hard: true,
+            vg_tau: 0.6,
+            ..cfg(Estimator::VgGrpo)
+        };
+        let adv = group_advantages(&hard, &outcomes_only(&out), &[1, 1, 1, 1]).unwrap();
+        close2(&adv.per_step, &[vec![0.0], vec![0.0], vec![0.0], vec![0.0]]);
+    }
+
+    #[test]
+    fn outcome_estimators_repeat_a_i_over_the_steps() {
+        let out = [3.0, 1.0, 2.0];
+        let adv =
+            group_advantages(&cfg(Estimator::DrGrpo), &outcomes_only(&out), &[2, 3, 1]).unwrap();
+        close2(
+            &adv.per_step,
+            &[vec![1.0, 1.0], vec![-1.0, -1.0, -1.0], vec![0.0]],
+        );
+        assert!((adv.mean - 2.0).abs() < TOL);
+        assert!((adv.std - (2.0f64 / 3.0).sqrt()).abs() < TOL);
+    }
+
+    #[test]
+    fn group_of_one_has_zero_advantage() {
+        assert_eq!(grpo(&[0.7]), vec![0.0]);
+        assert_eq!(dr_grpo(&[0.7]), vec![0.0]);
+        let adv = group_advantages(&cfg(Estimator::Grpo), &outcomes_only(&[0.7]), &[3]).unwrap();
+        assert_eq!(adv.per_step, vec![vec![0.0; 3]]);
+        assert!(adv.zero_variance);
+        assert!((adv.mean - 0.7).abs() < TOL);
+        assert_eq!(adv.std, 0.0);
+    }
+
+    #[test]
+    fn all_equal_outcomes_have_zero_variance_and_zero_advantage() {
+        // 0.1 * 3 / 3 is not exactly 0.1: the result must still be exactly 0.
+        let out = [0.1, 0.1, 0.1];
+        for estimator in [Estimator::Grpo, Estimator::DrGrpo, Estimator::VgGrpo] {
+            let adv = group_advantages(&cfg(estimator), &outcomes_only(&out), &[2, 1, 2]).unwrap();
+            assert!(adv.zero_variance, "{estimator}");
+            assert_eq!(
+                adv.per_step,
+                vec![vec![0.0; 2], vec![0.0], vec![0.0; 2]],
+                "{estimator}"
+            );
+        }
+    }
+
+    #[test]
+    fn nan_outcome_is_an_error_naming_the_rollout() {
+        let out = [0.0, 1.0, 0.5, f64::NAN];
+        let err =
+            group_advantages(&cfg(Estimator::Grpo), &outcomes_only(&out), &[1; 4]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AdvantageError::NonFinite { rollout: 3, step: None, value, .. } if value.is_nan()
+            ),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "outcome reward of rollout 3 is NaN");
+    }
+
+    #[test]
+    fn nan_or_infinite_step_reward_is_an_error_naming_rollout_and_step() {
+        let steps = vec![vec![0.0, 1.0], vec![0.0, f64::NAN, 1.0]];
+        let group = GroupRewards {
+            outcomes: &[1.0, 0.0],
+            steps: Some(&steps),
+            anchors: None,
+        };
+        // Checked whichever estimator is used.
+        for estimator in [Estimator::Grpo, Estimator::Process] {
+            let err = group_advantages(&cfg(estimator), &group, &[2, 3]).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    AdvantageError::NonFinite {
+                        rollout: 1,
+                        step: Some(1),
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            assert_eq!(err.to_string(), "step reward of rollout 1 at step 1 is NaN");
+        }
+        let steps = vec![vec![f64::INFINITY]];
+        let group = GroupRewards {
+            outcomes: &[1.0],
+            steps: Some(&steps),
+            anchors: None,
+        };
+        let err = group_advantages(&cfg(Estimator::Process), &group, &[1]).unwrap_err();
+        assert_eq!(err.to_string(), "step reward of rollout 0 at step 0 is inf");
+    }
+
+    #[test]
+    fn process_advantages_hand_example() {
+        // Rewards [[1, 0, 1], [0, 0, 0]]: mean 1/3, population std sqrt(2)/3, so
+        // r~ = 2/3 / d for a 1 and -1/3 / d for a 0, d = sqrt(2)/3 + 1e-6.
+        let d = 2.0f64.sqrt() / 3.0 + 1e-6;
+        let steps = vec![vec![1.0, 0.0, 1.0], vec![0.0, 0.0, 0.0]];
+        let want = vec![
+            vec![1.0 / d, (1.0 / 3.0) / d, (2.0 / 3.0) / d],
+            vec![-1.0 / d, -(2.0 / 3.0) / d, -(1.0 / 3.0) / d],
+        ];
+        close2(&process_advantages(&steps), &want);
+        assert!((want[0][0] - 2.121_315_843_569_188).abs() < 1e-9);
+
+        let group = GroupRewards {
+            outcomes: &[2.0, 0.0],
+            steps: Some(&steps),
+            anchors: None,
+        };
+        let adv = group_advantages(&cfg(Estimator::Process), &group, &[3, 3]).unwrap();
+        close2(&adv.per_step, &want);
+    }
+
+    #[test]
+    fn process_advantages_ragged_empty_and_constant() {
+        // [[2], [], [0, 0]]: mean 2/3, std sqrt(8/9); d = std + 1e-6.
+        let d = (8.0f64 / 9.0).sqrt() + 1e-6;
+        let got = process_advantages(&[vec![2.0], vec![], vec![0.0, 0.0]]);
+        close2(
+            &got,
+            &[
+                vec![(4.0 / 3.0) / d],
+                vec![],
+                vec![-(4.0 / 3.0) / d, -(2.0 / 3.0) / d],
+            ],
+        );
+        let got = process_advantages(&[vec![0.3, 0.3], vec![], vec![0.3]]);
+        assert_eq!(got, vec![vec![0.0, 0.0], vec![], vec![0.0]]);
+    }
+
+    #[test]
+    fn discounted_returns_backwards() {
+        close(&discounted_returns(&[1.0, 0.0, 2.0], 0.5), &[1.5, 1.0, 2.0]);
+        close(&discounted_returns(&[1.0, 1.0, 1.0], 1.0), &[3.0, 2.0, 1.0]);
+        assert!(discounted_returns(&[], 0.9).is_empty());
+    }
+
+    #[test]
+    fn anchor_key_equal_within_a_cell_and_different_across() {
+        assert_eq!(anchor_key(&[0.1, 4.9], 5.0), anchor_key(&[4.99, 0.0], 5.0));
+        assert_ne!(anchor_key(&[0.1, 4.9], 5.0), anchor_key(&[5.0, 0.0], 5.0));
+        // Floor, not truncation: -0.1 lies in cell -1, 0.1 in cell 0.
+        assert_ne!(anchor_key(&[-0.1], 5.0), anchor_key(&[0.1], 5.0));
+        assert_eq!(anchor_key(&[-0.1], 5.0), anchor_key(&[-4.9], 5.0));
+        // The dimension is part of the cell.
+        assert_ne!(anchor_key(&[0.0], 1.0), anchor_key(&[0.0, 0.0], 1.0));
+        // Fixed values (FNV-1a of the length and cells, checked in Python): keys must not drift
+        // between builds.
+        assert_eq!(anchor_key(&[], 1.0), 0xa8c7_f832_281a_39c5);
+        assert_eq!(anchor_key(&[1.5, -0.5], 1.0), 0xe131_8b94_1230_b9fe);
+    }
+
+    /// Rollout 0: rewards [0, 0, 1], cells [A, B, C]; rollout 1: rewards [0, 1], cells [A, B].
+    /// gamma 0.5: returns [0.25, 0.5, 1] and [0.5, 1]. Cluster A {0.25, 0.5} mean 0.375,
+    /// cluster B {0.5, 1} mean 0.75, C singleton.
+    fn gigpo_example() -> (Vec<Vec<f64>>, Vec<Vec<Vec<f32>>>) {
+        let steps = vec![vec![0.0, 0.0, 1.0], vec![0.0, 1.0]];
+        let anchors = vec![
+            vec![vec![0.2, 0.7], vec![1.5, -0.5], vec![5.5, 5.5]],
+            vec![vec![0.9, 0.1], vec![1.01, -0.99]],
+        ];
+        (steps, anchors)
+    }
+
+    #[test]
+    fn gigpo_step_advantages_hand_example() {
+        let (steps, anchors) = gigpo_example();
+        let got = gigpo_step_advantages(&steps, &anchors, 0.5, 1.0, false);
+        close2(&got, &[vec![-0.125, -0.25, 0.0], vec![0.125, 0.25]]);
+        // Cluster stds 0.125 and 0.25.
+        let got = gigpo_step_advantages(&steps, &anchors, 0.5, 1.0, true);
+        let (a, b) = (0.125 / 0.125_001, 0.25 / 0.250_001);
+        close2(&got, &[vec![-a, -b, 0.0], vec![a, b]]);
+        // Grid 10: the cells become (0, 0), (0, -1), (0, 0) and (0, 0), (0, -1).
+        let got = gigpo_step_advantages(&steps, &anchors, 0.5, 10.0, false);
+        // Cell (0, 0): {0.25, 1, 0.5} mean 7/12; cell (0, -1): {0.5, 1} mean 0.75.
+        let m = 7.0 / 12.0;
+        close2(&got, &[vec![0.25 - m, -0.25, 1.0 - m], vec![0.5 - m, 0.25]]);
+    }
+
+    #[test]
+    fn gigpo_adds_omega_times_step_advantage_to_episode_grpo() {
+        let (steps, anchors) = gigpo_example();
+        let group = GroupRewards {
+            outcomes: &[1.0, 0.0],
+            steps: Some(&steps),
+            anchors: Some(&anchors),
+        };
+        let cfg = AdvantageConfig {
+            estimator: Estimator::Gigpo,
+            gigpo_omega: 2.0,
+            gigpo_gamma: 0.5,
+            gigpo_grid: 1.0,
+            ..AdvantageConfig::default()
+        };
+        let adv = group_advantages(&cfg, &group, &[3, 2]).unwrap();
+        let e = 0.5 / 0.500_001;
+        close2(
+            &adv.per_step,
+            &[vec![e - 0.25, e - 0.5, e], vec![-e + 0.25, -e + 0.5]],
+        );
+    }
+
+    #[test]
+    fn dapo_keeps_only_groups_with_different_outcomes() {
+        assert!(dapo_keep(&[0.0, 1.0, 0.0]));
+        assert!(!dapo_keep(&[0.5, 0.5, 0.5]));
+        assert!(!dapo_keep(&[0.5]));
+        assert!(!dapo_keep(&[]));
+    }
+
+    #[test]
+    fn lengths_mismatch_is_an_error() {
+        let steps = vec![vec![0.0, 0.0], vec![0.0]];
+        let group = GroupRewards {
+            outcomes: &[1.0, 0.0],
+            steps: Some(&steps),
+            anchors: None,
+        };
+        let err = group_advantages(&cfg(Estimator::Process), &group, &[2, 2]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AdvantageError::Length {
+                    rollout: 1,
+                    expected: 2,
+                    got: 1,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let err =
+            group_advantages(&cfg(Estimator::Grpo), &outcomes_only(&[1.0, 0.0]), &[2]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AdvantageError::Count {
+                    expected: 2,
+                    got: 1,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let anchors = vec![vec![vec![0.0f32]], vec![vec![0.0f32]; 2]];
+        let steps = vec![vec![0.0; 2], vec![0.0; 2]];
+        let group = GroupRewards {
+            outcomes: &[1.0, 0.0],
+            steps: Some(&steps),
+            anchors: Some(&anchors),
+        };
+        let err = group_advantages(&cfg(Estimator::Gigpo), &group, &[2, 2]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AdvantageError::Length {
+                    what: "anchor states",
+                    rollout: 0,
+                    expected: 2,
+                    got: 1
+                }
+            ),
+            "{err:?}"
+        );
+        let err = group_advantages(&cfg(Estimator::Grpo), &outcomes_only(&[]), &[]).unwrap_err();
+        assert!(matches!(err, AdvantageError::EmptyGroup), "{err:?}");
+    }
+
+    #[test]
+    fn estimators_needing_steps_or_anchors_say_so() {
+        let out = [1.0, 0.0];
+        let err =
+            group_advantages(&cfg(Estimator::Process), &outcomes_only(&out), &[1, 1]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the process estimator needs per-step rewards"
+        );
+        let err =
+            group_advantages(&cfg(Estimator::Gigpo), &outcomes_only(&out), &[1, 1]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the gigpo estimator needs per-step rewards"
+        );
+        let steps = vec![vec![0.0], vec![1.0]];
+        let group = GroupRewards {
+            outcomes: &out,
+            steps: Some(&steps),
+            anchors: None,
+        };
+        let err = group_advantages(&cfg(Estimator::Gigpo), &group, &[1, 1]).unwrap_err();
+        assert_eq!(err.to_string(), "the gigpo estimator needs anchor states");
+    }
+
+    #[test]
+    fn nan_anchor_is_an_error() {
+        let steps = vec![vec![0.0, 1.0]];
+        let anchors = vec![vec![vec![0.0f32], vec![f32::NAN]]];
+        let group = GroupRewards {
+            outcomes: &[1.0],
+            steps: Some(&steps),
+            anchors: Some(&anchors),
+        };
+        let err = group_advantages(&cfg(Estimator::Gigpo), &group, &[2]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "anchor state of rollout 0 at step 1 is NaN"
+        );
+    }
+
+    #[test]
+    fn config_defaults_serde_and_validation() {
+        let c: AdvantageConfig = serde_json::from_str(r#"{"estimator": "vg-grpo"}"#).unwrap();
+        assert_eq!(
+            c,
+            AdvantageConfig {
+                estimator: Estimator::VgGrpo,
+                ..AdvantageConfig::default()
+            }
+        );
+        let c: AdvantageConfig = serde_json::from_str(r#"{"estimator": "dr-grpo"}"#).unwrap();
+        assert_eq!(c.estimator, Estimator::DrGrpo);
+        assert!(serde_json::from_str::<AdvantageConfig>(r#"{"vg_tua": 0.1}"#).is_err());
+        let d = AdvantageConfig::default();
+        assert_eq!(d.estimator, Estimator::Grpo);
+        assert_eq!((d.vg_tau, d.vg_hard), (0.1, false));
+        assert_eq!(
+            (d.gigpo_omega, d.gigpo_gamma, d.gigpo_grid),
+            (1.0, 0.95, 5.0)
+        );
+        assert!(!d.gigpo_normalise);
+        d.validate().unwrap();
+        AdvantageConfig {
+            gigpo_gamma: 1.0,
+            gigpo_omega: 0.0,
+            ..d.clone()
+        }
+        .validate()
+        .unwrap();
+
+        let field_of = |c: AdvantageConfig| match c.validate() {
+            Err(AdvantageError::Config { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let with = |f: fn(&mut AdvantageConfig)| {
+            let mut c = AdvantageConfig::default();
+            f(&mut c);
+            c
+        };
+        assert_eq!(field_of(with(|c| c.vg_tau = 0.0)), "vg_tau");
+        assert_eq!(field_of(with(|c| c.vg_tau = f64::INFINITY)), "vg_tau");
+        assert_eq!(field_of(with(|c| c.gigpo_omega = -1.0)), "gigpo_omega");
+        assert_eq!(field_of(with(|c| c.gigpo_gamma = 0.0)), "gigpo_gamma");
+        assert_eq!(field_of(with(|c| c.gigpo_gamma = 1.5)), "gigpo_gamma");
+        assert_eq!(field_of(with(|c| c.gigpo_gamma = f64::NAN)), "gigpo_gamma");
+        assert_eq!(field_of(with(|c| c.gigpo_grid = -5.0)), "gigpo_grid");
+        // group_advantages refuses a bad config.
+        let bad = with(|c| c.vg_tau = -1.0);
+        assert!(matches!(
+            group_advantages(&bad, &outcomes_only(&[1.0]), &[1]),
+            Err(AdvantageError::Config {
+                field: "vg_tau",
+                ..
+            })
+        ));
+    }
+}

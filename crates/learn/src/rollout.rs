@@ -1,0 +1,211 @@
+//! Group rollouts for GRPO (ALGORITHMS.md §3): G rollouts start from one initial state (the
+//! first environment of the group is reset with a seed, the others restore its snapshot), the
+//! policy is called in batch for every environment that needs a new action chunk, and each call
+//! keeps the observation history, the chain x_K..x_0 and its log-probs.
+
+use std::time::Instant;
+
+use burn::tensor::backend::Backend;
+use diffrl_core::env::Env;
+use diffrl_core::episode::Episode;
+use diffrl_core::seeding::Rng;
+use diffrl_core::vec_env::VecEnv;
+use diffrl_policy::{Policy, PolicyModel, SampleMode};
+
+use crate::LearnError;
+use crate::eval::{History, batch};
+
+/// One policy call of a rollout: what it saw and the chain it sampled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// [To, Ds] raw state history the call saw.
+    pub state: Vec<f32>,
+    /// [To, H, W, C] images, for pixel policies.
+    pub image: Option<Vec<u8>>,
+    /// x_K..x_0 of the chain: [K + 1, Tp, Da], normalised.
+    pub chain: Vec<f32>,
+    /// log pi(x_{i+1} | x_i, s) of every chain step under the behaviour policy: [K].
+    pub logp: Vec<f32>,
+    /// Environment step at which the chunk started executing.
+    pub env_step: usize,
+    /// Actions of the chunk that were executed (Ta, fewer when the episode ended).
+    pub executed: usize,
+}
+
+/// One rollout of a group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupRollout {
+    /// Index of its group in the batch.
+    pub group: usize,
+    /// The environment-level trajectory.
+    pub episode: Episode,
+    /// The policy calls, in order.
+    pub decisions: Vec<Decision>,
+}
+
+impl GroupRollout {
+    /// Sums per-environment-step values over the steps each decision's chunk executed.
+    pub fn per_decision(&self, per_step: &[f64]) -> Vec<f64> {
+        self.decisions
+            .iter()
+            .map(|d| per_step[d.env_step..d.env_step + d.executed].iter().sum())
+            .collect()
+    }
+
+    /// The state each decision was taken in (the newest frame of its history).
+    pub fn anchors(&self, state_dim: usize) -> Vec<Vec<f32>> {
+        self.decisions
+            .iter()
+            .map(|d| d.state[d.state.len() - state_dim..].to_vec())
+            .collect()
+    }
+}
+
+/// Where collection time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CollectStats {
+    /// Seconds stepping environments.
+    pub env_s: f64,
+    /// Seconds in policy calls.
+    pub policy_s: f64,
+    /// Environment steps taken by live rollouts.
+    pub env_steps: usize,
+    /// Policy decisions (chains sampled) for live rollouts.
+    pub decisions: usize,
+}
+
+/// Plays `groups` groups of `group_size` rollouts on `venv` (which must hold exactly
+/// `groups * group_size` environments and reset in the same step). Environment `g * G` of each
+/// group draws the initial state from `seed`; the group's other environments restore it.
+/// Rollouts are stochastic (the rollout chain) and record their chains.
+#[allow(clippy::too_many_arguments)]
+pub fn collect_groups<E: Env, B: Backend>(
+    venv: &mut VecEnv<E>,
+    policy: &Policy<B>,
+    frozen: Option<&PolicyModel<B>>,
+    groups: usize,
+    group_size: usize,
+    seed: u64,
+    rng: &mut Rng,
+    device: &B::Device,
+) -> Result<(Vec<GroupRollout>, CollectStats), LearnError> {
+    let n = groups * group_size;
+    if venv.len() != n {
+        return Err(LearnError::Data(format!(
+            "group rollouts need {groups} x {group_size} = {n} environments, the vector has {}",
+            venv.len()
+        )));
+    }
+    let to = policy.config.obs_horizon;
+    let ta = policy.config.action_horizon;
+    let [tp, da] = policy.chunk();
+    let k = policy.chain_len();
+    let images = policy.spec.image.is_some();
+    let mut stats = CollectStats::default();
+    let t = Instant::now();
+    let mut first = venv.reset(seed);
+    for g in 0..groups {
+        let snap = venv.snapshot(g * group_size);
+        for j in 1..group_size {
+            first[g * group_size + j] = venv.restore(g * group_size + j, &snap);
+        }
+    }
+    stats.env_s += t.elapsed().as_secs_f64();
+    let mut histories: Vec<History> = first.into_iter().map(|o| History::new(o, to)).collect();
+    let mut rollouts: Vec<GroupRollout> = (0..n)
+        .map(|i| GroupRollout {
+            group: i / group_size,
+            episode: Episode::default(),
+            decisions: Vec::new(),
+        })
+        .collect();
+    let mut queues: Vec<std::collections::VecDeque<Vec<f32>>> = vec![Default::default(); n];
+    let mut live = vec![true; n];
+    let mut last: Vec<Vec<f32>> = vec![vec![0.0; da]; n];
+    while live.iter().any(|&l| l) {
+        let need: Vec<usize> = (0..n)
+            .filter(|&i| live[i] && queues[i].is_empty())
+            .collect();
+        if !need.is_empty() {
+            let t = Instant::now();
+            let obs = batch(&histories, &need, images);
+            let act = policy.act(frozen, &obs, SampleMode::Stochastic, true, rng, device)?;
+            let chain = to_vec(act.sample.chain.expect("recorded chain"))?;
+            let logp = to_vec(act.sample.logp.expect("recorded log-probs"))?;
+            let per_chain = (k + 1) * tp * da;
+            let per_state = obs.state.len() / need.len();
+            let per_image = obs.image.as_ref().map(|v| v.len() / need.len());
+            for (j, &i) in need.iter().enumerate() {
+                let chunk = &act.actions[j * tp * da..(j + 1) * tp * da];
+                queues[i].extend(chunk.chunks(da).take(ta).map(<[f32]>::to_vec));
+                let env_step = rollouts[i].episode.len();
+                rollouts[i].decisions.push(Decision {
+                    state: obs.state[j * per_state..(j + 1) * per_state].to_vec(),
+                    image: obs
+                        .image
+                        .as_ref()
+                        .zip(per_image)
+                        .map(|(v, p)| v[j * p..(j + 1) * p].to_vec()),
+                    chain: chain[j * per_chain..(j + 1) * per_chain].to_vec(),
+                    logp: logp[j * k..(j + 1) * k].to_vec(),
+                    env_step,
+                    executed: 0,
+                });
+            }
+            stats.decisions += need.len();
+            stats.policy_s += t.elapsed().as_secs_f64();
+        }
+        let actions: Vec<Vec<f32>> = (0..n)
+            .map(|i| match queues[i].pop_front() {
+                Some(a) => {
+                    last[i] = a.clone();
+                    a
+                }
+                // Finished rollouts idle (their environments play on, unrecorded).
+                None => last[i].clone(),
+            })
+            .collect();
+        let t = Instant::now();
+        let step = venv.step(&actions)?;
+        stats.env_s += t.elapsed().as_secs_f64();
+        for i in 0..n {
+            if !live[i] {
+                continue;
+            }
+            let before = histories[i]
+                .frames
+                .back()
+                .cloned()
+                .expect("histories are never empty");
+            let r = &mut rollouts[i];
+            r.episode.push(
+                before,
+                actions[i].clone(),
+                step.rewards[i],
+                step.infos[i].score,
+                step.infos[i].success,
+            );
+            if let Some(d) = r.decisions.last_mut() {
+                d.executed += 1;
+            }
+            stats.env_steps += 1;
+            if step.terminated[i] || step.truncated[i] {
+                r.episode.terminated = step.terminated[i];
+                r.episode.truncated = step.truncated[i];
+                live[i] = false;
+            } else {
+                histories[i].push(step.obs[i].clone());
+            }
+        }
+    }
+    Ok((rollouts, stats))
+}
+
+fn to_vec<B: Backend, const D: usize>(
+    t: burn::tensor::Tensor<B, D>,
+) -> Result<Vec<f32>, LearnError> {
+    t.into_data()
+        .convert::<f32>()
+        .into_vec()
+        .map_err(|e| LearnError::Data(format!("reading a tensor back: {e:?}")))
+}
