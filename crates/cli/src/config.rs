@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use diffrl_core::ConfigError;
 use diffrl_core::config::{self, Invalid, Validate, ensure};
+use diffrl_core::reward::Outcome;
 use diffrl_learn::bc::BcConfig;
+use diffrl_learn::grpo::GrpoConfig;
 use diffrl_policy::PolicyConfig;
 use diffrl_pusht::{ExpertConfig, PushTConfig};
 use serde::{Deserialize, Serialize};
@@ -40,6 +42,31 @@ pub struct RunConfig {
     /// Evaluation episodes.
     #[serde(default)]
     pub eval: EvalSection,
+    /// Fine-tuning with GRPO (and the PPO baseline, which reads the same table).
+    #[serde(default)]
+    pub grpo: GrpoConfig,
+    /// The rewards fine-tuning optimises.
+    #[serde(default)]
+    pub reward: RewardSection,
+}
+
+/// `[reward]`: what the learner optimises.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RewardSection {
+    /// The episode statistic used as outcome: "score" (max coverage), "success" or "return".
+    pub outcome: Outcome,
+    /// Added to the outcome of successful episodes.
+    pub success_bonus: f64,
+}
+
+impl Default for RewardSection {
+    fn default() -> Self {
+        Self {
+            outcome: Outcome::Score,
+            success_bonus: 1.0,
+        }
+    }
 }
 
 /// `[eval]`: seeded evaluation episodes.
@@ -150,6 +177,12 @@ impl Validate for RunConfig {
         self.env.validate().map_err(|e| e.within("env"))?;
         self.policy.validate().map_err(|e| e.within("policy"))?;
         self.pretrain.validate().map_err(|e| e.within("pretrain"))?;
+        self.grpo.validate().map_err(|e| e.within("grpo"))?;
+        ensure(
+            self.reward.success_bonus.is_finite(),
+            "reward.success_bonus",
+            "must be finite",
+        )?;
         self.expert.validate().map_err(|e| e.within("expert"))
     }
 }
@@ -185,6 +218,8 @@ mod tests {
         assert_eq!(c.policy, PolicyConfig::default());
         assert_eq!(c.pretrain, BcConfig::default());
         assert_eq!(c.eval, EvalSection::default());
+        assert_eq!(c.grpo, GrpoConfig::default());
+        assert_eq!(c.reward, RewardSection::default());
     }
 
     #[test]

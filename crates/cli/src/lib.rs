@@ -2,9 +2,38 @@
 //! drive every subcommand in-process.
 #![warn(missing_docs)]
 
+/// Runs `$body` with `$B` bound to the autodiff backend of `$dev` and `$device` to its device.
+macro_rules! with_device {
+    ($dev:expr, |$device:ident, $B:ident| $body:expr) => {
+        match $dev {
+            $crate::train::DeviceArg::Cpu => {
+                type $B = diffrl_policy::CpuAutodiff;
+                let $device: burn::tensor::Device<$B> = Default::default();
+                $body
+            }
+            $crate::train::DeviceArg::Cuda => {
+                #[cfg(feature = "cuda")]
+                {
+                    type $B = burn::backend::Autodiff<burn::backend::Cuda>;
+                    let $device: burn::tensor::Device<$B> = Default::default();
+                    $body
+                }
+                #[cfg(not(feature = "cuda"))]
+                {
+                    Err(anyhow::anyhow!(
+                        "--device cuda: this diffrl was built without CUDA; rebuild with \
+                         `cargo build --release -p diffrl-cli --features cuda`"
+                    ))
+                }
+            }
+        }
+    };
+}
+
 pub mod bench;
 pub mod config;
 pub mod demos;
+pub mod finetune;
 pub mod pipeline;
 pub mod sim;
 pub mod train;
@@ -71,6 +100,10 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Behaviour cloning of the configured policy on a LeRobot dataset folder.
     Pretrain(train::PretrainArgs),
+    /// Fine-tune a pretrained policy with GRPO over its denoising chains ([grpo], [reward]).
+    Grpo(finetune::FinetuneArgs),
+    /// Fine-tune with the DPPO-style PPO baseline (learned critic, GAE; same [grpo] table).
+    Ppo(finetune::FinetuneArgs),
     /// Evaluate a policy checkpoint on seeded episodes; writes eval.json.
     Eval(train::EvalArgs),
     /// Read a LeRobot dataset folder and print its summary (checks it end to end).
@@ -127,6 +160,12 @@ where
         Command::Sim(args) => sim::run(&args, out),
         Command::Pretrain(args) => train::pretrain_cmd(&args, out),
         Command::Eval(args) => train::eval_cmd(&args, out),
+        Command::Grpo(args) => {
+            finetune::finetune_cmd(&args, diffrl_learn::grpo::Algorithm::Grpo, out)
+        }
+        Command::Ppo(args) => {
+            finetune::finetune_cmd(&args, diffrl_learn::grpo::Algorithm::Ppo, out)
+        }
         Command::Bench(args) => bench::run(&args, out),
         Command::Inspect { dataset } => {
             let ds = diffrl_core::lerobot::read_dataset(&dataset)?;

@@ -21,34 +21,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{self, RunConfig};
 
-/// Runs `$body` with `$B` bound to the autodiff backend of `$dev` and `$device` to its device.
-macro_rules! with_device {
-    ($dev:expr, |$device:ident, $B:ident| $body:expr) => {
-        match $dev {
-            DeviceArg::Cpu => {
-                type $B = diffrl_policy::CpuAutodiff;
-                let $device: burn::tensor::Device<$B> = Default::default();
-                $body
-            }
-            DeviceArg::Cuda => {
-                #[cfg(feature = "cuda")]
-                {
-                    type $B = burn::backend::Autodiff<burn::backend::Cuda>;
-                    let $device: burn::tensor::Device<$B> = Default::default();
-                    $body
-                }
-                #[cfg(not(feature = "cuda"))]
-                {
-                    Err(anyhow::anyhow!(
-                        "--device cuda: this diffrl was built without CUDA; rebuild with \
-                         `cargo build --release -p diffrl-cli --features cuda`"
-                    ))
-                }
-            }
-        }
-    };
-}
-
 /// Where models run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum DeviceArg {
@@ -125,7 +97,7 @@ pub fn env_spec(cfg: &RunConfig) -> anyhow::Result<PolicySpec> {
     })
 }
 
-fn check_spec(policy: &PolicySpec, env: &PolicySpec, what: &str) -> anyhow::Result<()> {
+pub(crate) fn check_spec(policy: &PolicySpec, env: &PolicySpec, what: &str) -> anyhow::Result<()> {
     if policy != env {
         bail!(
             "{what} expects state dim {}, action dim {}, image {:?}, but the configured \
@@ -148,7 +120,7 @@ fn vec_env(cfg: &RunConfig, envs: usize) -> VecEnv<PushT> {
     VecEnv::new(worlds, AutoReset::SameStep, cfg.run.threads)
 }
 
-fn bar(len: u64, template: &str) -> ProgressBar {
+pub(crate) fn bar(len: u64, template: &str) -> ProgressBar {
     let pb = ProgressBar::new(len);
     pb.set_style(
         ProgressStyle::with_template(template)
@@ -356,12 +328,12 @@ pub fn pretrain<B: AutodiffBackend>(
     Ok(Some(r))
 }
 
-fn write_report(path: &Path, r: &EvalReport) -> anyhow::Result<()> {
+pub(crate) fn write_report(path: &Path, r: &EvalReport) -> anyhow::Result<()> {
     let json = serde_json::to_vec_pretty(r)?;
     write_atomic(path, &json).with_context(|| format!("writing {}", path.display()))
 }
 
-fn print_report(out: &mut dyn Write, r: &EvalReport) -> anyhow::Result<()> {
+pub(crate) fn print_report(out: &mut dyn Write, r: &EvalReport) -> anyhow::Result<()> {
     writeln!(
         out,
         "eval: success {:.1}% ({}/{}; Wilson 95% CI {:.1}-{:.1}%), mean max score {:.3}, mean length {:.1}",

@@ -46,7 +46,37 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
 pub fn weights_to_bytes<B: Backend>(model: &PolicyModel<B>) -> Result<Vec<u8>, String> {
     let mut store = SafetensorsStore::from_bytes(None);
     model.save_into(&mut store).map_err(|e| e.to_string())?;
-    store.get_bytes().map_err(|e| e.to_string())
+    canonical_header(store.get_bytes().map_err(|e| e.to_string())?)
+}
+
+/// Rewrites a safetensors header with its JSON keys sorted. Burn writes the header from hash
+/// maps, so identical weights gave different bytes in different processes; sorted, the same
+/// weights always give the same file (reproducibility checks can compare hashes).
+fn canonical_header(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    let bad = || "safetensors bytes from Burn have no valid header".to_string();
+    let len = u64::from_le_bytes(
+        bytes
+            .get(..8)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    );
+    let end = usize::try_from(len)
+        .map_err(|_| bad())?
+        .checked_add(8)
+        .ok_or_else(bad)?;
+    let header: serde_json::Value =
+        serde_json::from_slice(bytes.get(8..end).ok_or_else(bad)?).map_err(|e| e.to_string())?;
+    // serde_json's map is ordered by key (the `preserve_order` feature is not enabled).
+    let mut text = serde_json::to_vec(&header).map_err(|e| e.to_string())?;
+    while text.len() % 8 != 0 {
+        text.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + text.len() + bytes.len() - end);
+    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    out.extend_from_slice(&text);
+    out.extend_from_slice(&bytes[end..]);
+    Ok(out)
 }
 
 /// Loads safetensors bytes into a model of the same architecture, refusing missing, unused or

@@ -1,0 +1,299 @@
+//! `diffrl grpo` and `diffrl ppo`: fine-tune a pretrained policy in the simulator with the
+//! GRPO family or the DPPO-style PPO baseline, then evaluate it on the seeded episodes BC was
+//! evaluated on.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use clap::Args;
+use diffrl_core::reward::OutcomeReward;
+use diffrl_core::vec_env::{AutoReset, VecEnv};
+use diffrl_learn::LearnError;
+use diffrl_learn::advantages::Estimator;
+use diffrl_learn::eval::EvalReport;
+use diffrl_learn::grpo::{self, Algorithm, GrpoHooks, GrpoLog};
+use diffrl_policy::{Policy, SampleMode, checkpoint};
+use diffrl_pusht::PushT;
+use indicatif::ProgressBar;
+
+use crate::config::{self, RunConfig};
+use crate::train::{DeviceArg, bar, check_spec, env_spec, print_report, run_eval, write_report};
+
+/// `diffrl grpo` / `diffrl ppo`.
+#[derive(Debug, Args)]
+pub struct FinetuneArgs {
+    /// Run config (TOML); without it, the embedded Push-T config. Its [grpo] and [reward]
+    /// tables apply.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The pretrained policy (default: runs/<name>/pretrain/policy).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Output folder (default: runs/<name>/grpo or runs/<name>/ppo).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue from the output folder's train_state (exactly where it stopped).
+    #[arg(long)]
+    pub resume: bool,
+    /// Override [grpo].iterations.
+    #[arg(long)]
+    pub iterations: Option<usize>,
+    /// Override [grpo.advantage].estimator (grpo, dr-grpo, vg-grpo, process, gigpo).
+    #[arg(long, value_parser = parse_estimator)]
+    pub estimator: Option<Estimator>,
+    /// Override [run].seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Episodes of the final evaluation (default: [eval].episodes; 0 = skip).
+    #[arg(long)]
+    pub eval_episodes: Option<usize>,
+    /// Device.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+}
+
+fn parse_estimator(s: &str) -> Result<Estimator, String> {
+    serde_json::from_value(serde_json::Value::String(s.into())).map_err(|_| {
+        format!("unknown estimator {s:?}; available: grpo, dr-grpo, vg-grpo, process, gigpo")
+    })
+}
+
+struct Hooks<'a> {
+    cfg: &'a RunConfig,
+    pb: ProgressBar,
+    metrics: PathBuf,
+    stage: &'static str,
+}
+
+impl Hooks<'_> {
+    fn append(&self, v: &serde_json::Value) {
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.metrics)
+        {
+            let _ = writeln!(f, "{v}");
+        }
+    }
+}
+
+impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
+    fn log(&mut self, l: &GrpoLog) {
+        self.pb.set_position(l.iteration as u64);
+        self.pb.set_message(format!(
+            "success {:.0}% reward {:.3} kl {:.1e} clip {:.2} | {:.0} env steps/s",
+            100.0 * l.success_rate,
+            l.reward_mean,
+            l.approx_kl,
+            l.clip_frac,
+            l.collect_steps_per_s
+        ));
+        self.append(&serde_json::json!({"stage": self.stage, "train": l}));
+    }
+
+    fn evaluate(
+        &mut self,
+        iteration: usize,
+        policy: &Policy<B>,
+    ) -> Result<Option<serde_json::Value>, LearnError> {
+        let n = self.cfg.pretrain.eval_episodes;
+        if n == 0 {
+            return Ok(None);
+        }
+        let device = policy_device(policy);
+        let r = self.pb.suspend(|| {
+            run_eval(
+                self.cfg,
+                policy,
+                &device,
+                n,
+                self.cfg.eval.seed,
+                SampleMode::Deterministic,
+            )
+        })?;
+        self.pb.println(format!(
+            "  iteration {iteration}: success {:.1}% (95% CI {:.1}-{:.1}%), mean max score {:.3} over {n} episodes",
+            100.0 * r.success_rate,
+            100.0 * r.ci95[0],
+            100.0 * r.ci95[1],
+            r.mean_max_score
+        ));
+        let summary = serde_json::json!({"iteration": iteration, "success_rate": r.success_rate, "ci95": r.ci95, "mean_max_score": r.mean_max_score, "episodes": r.episodes});
+        self.append(&serde_json::json!({"stage": self.stage, "eval": summary}));
+        Ok(Some(summary))
+    }
+}
+
+fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
+    use burn::module::Module;
+    policy.model.devices().pop().unwrap_or_default()
+}
+
+/// Fine-tunes the checkpoint at `policy_dir` into `out_dir`; returns the final evaluation.
+#[allow(clippy::too_many_arguments)]
+pub fn finetune<B: AutodiffBackend>(
+    cfg: &RunConfig,
+    algorithm: Algorithm,
+    policy_dir: &Path,
+    out_dir: &Path,
+    resume: bool,
+    eval_episodes: usize,
+    device: &B::Device,
+    out: &mut dyn Write,
+) -> anyhow::Result<Option<EvalReport>> {
+    let stage = match algorithm {
+        Algorithm::Grpo => "grpo",
+        Algorithm::Ppo => "ppo",
+    };
+    let (reference, _) =
+        checkpoint::load::<B::InnerBackend>(policy_dir, device).with_context(|| {
+            format!(
+                "loading the pretrained policy {} (train one with `diffrl pretrain`, or pass \
+                 --policy DIR)",
+                policy_dir.display()
+            )
+        })?;
+    check_spec(
+        &reference.spec,
+        &env_spec(cfg)?,
+        &format!("the policy {}", policy_dir.display()),
+    )?;
+    let trainable = Policy::<B>::trainable(&reference);
+    let g = &cfg.grpo;
+    let n_env = g.groups * g.group_size;
+    let worlds = (0..n_env)
+        .map(|_| PushT::builder().config(cfg.env.clone()).build())
+        .collect();
+    let mut venv = VecEnv::new(worlds, AutoReset::SameStep, cfg.run.threads);
+    let reward = OutcomeReward {
+        outcome: cfg.reward.outcome,
+        success_bonus: cfg.reward.success_bonus,
+    };
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    writeln!(
+        out,
+        "{stage}: {} iterations x {} rollouts ({} ); estimator {}; K' = {} of K = {}; reward {} + {} x success; from {}",
+        g.iterations,
+        n_env,
+        match algorithm {
+            Algorithm::Grpo => format!("{} groups of {}", g.groups, g.group_size),
+            Algorithm::Ppo => "independent starts, learned critic".into(),
+        },
+        g.advantage.estimator,
+        match g.ft_denoising_steps {
+            0 => reference.process().map_or(1, |p| p.ft_steps()),
+            k => k,
+        },
+        reference.chain_len(),
+        diffrl_core::reward::RewardModule::name(&reward),
+        cfg.reward.success_bonus,
+        policy_dir.display()
+    )?;
+    let pb = bar(
+        g.iterations as u64,
+        "  {prefix} [{bar:30}] {pos}/{len} {msg} {elapsed_precise} (eta {eta})",
+    );
+    pb.set_prefix(stage);
+    let mut hooks = Hooks {
+        cfg,
+        pb: pb.clone(),
+        metrics: out_dir.join("metrics.jsonl"),
+        stage,
+    };
+    let t0 = std::time::Instant::now();
+    let outcome = grpo::train(
+        trainable,
+        &reference,
+        &mut venv,
+        &reward,
+        g,
+        algorithm,
+        cfg.run.seed,
+        out_dir,
+        resume,
+        &mut hooks,
+    )?;
+    pb.finish_and_clear();
+    if let Some(l) = &outcome.last {
+        writeln!(
+            out,
+            "{stage}: {} iterations in {:.1} s ({} env steps; collect {:.0} env steps/s, update {:.0} pairs/s; \
+             last iteration: env {:.1} s, policy {:.1} s, update {:.1} s); policy in {}",
+            outcome.iterations,
+            t0.elapsed().as_secs_f64(),
+            l.env_steps,
+            l.collect_steps_per_s,
+            l.update_pairs_per_s,
+            l.env_s,
+            l.policy_s,
+            l.update_s,
+            out_dir.join("policy").display()
+        )?;
+    }
+    if eval_episodes == 0 {
+        return Ok(None);
+    }
+    let r = run_eval(
+        cfg,
+        &outcome.policy,
+        &policy_device(&outcome.policy),
+        eval_episodes,
+        cfg.eval.seed,
+        SampleMode::Deterministic,
+    )?;
+    write_report(out_dir.join("eval.json").as_path(), &r)?;
+    print_report(out, &r)?;
+    Ok(Some(r))
+}
+
+/// `diffrl grpo` / `diffrl ppo`.
+pub fn finetune_cmd(
+    args: &FinetuneArgs,
+    algorithm: Algorithm,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let (mut cfg, _) = config::load(args.config.as_deref())?;
+    if let Some(n) = args.iterations {
+        anyhow::ensure!(n >= 1, "--iterations must be at least 1");
+        cfg.grpo.iterations = n;
+    }
+    if let Some(e) = args.estimator {
+        cfg.grpo.advantage.estimator = e;
+    }
+    if let Some(s) = args.seed {
+        cfg.run.seed = s;
+    }
+    let stage = match algorithm {
+        Algorithm::Grpo => "grpo",
+        Algorithm::Ppo => "ppo",
+    };
+    let run_dir = cfg.run.runs_dir.join(&cfg.run.name);
+    let policy_dir = args
+        .policy
+        .clone()
+        .unwrap_or_else(|| run_dir.join("pretrain").join("policy"));
+    let out_dir = args.out.clone().unwrap_or_else(|| run_dir.join(stage));
+    if !args.resume && out_dir.join("train_state").exists() {
+        bail!(
+            "{} already holds a fine-tuning run: pass --resume to continue it, or choose another --out",
+            out_dir.display()
+        );
+    }
+    let episodes = args.eval_episodes.unwrap_or(cfg.eval.episodes);
+    with_device!(args.device, |device, B| {
+        finetune::<B>(
+            &cfg,
+            algorithm,
+            &policy_dir,
+            &out_dir,
+            args.resume,
+            episodes,
+            &device,
+            out,
+        )
+    })?;
+    Ok(())
+}

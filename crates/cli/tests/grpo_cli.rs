@@ -1,0 +1,190 @@
+//! `diffrl grpo` / `diffrl ppo` through the real binary: a run killed with SIGKILL and resumed
+//! ends with the weights of an uninterrupted run; bad settings are refused with their cause.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_diffrl"))
+}
+
+/// Runs the binary; Ok(stdout) on success, Err(stderr) on failure.
+fn diffrl(args: &[&str]) -> Result<String, String> {
+    let out = bin().args(args).output().expect("the diffrl binary runs");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn shipped() -> String {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    dir.join("../../assets/pusht_expert_200")
+        .display()
+        .to_string()
+}
+
+/// A tiny config: short episodes, a small policy, small groups.
+fn config(dir: &Path, name: &str, extra: &str) -> String {
+    let p = dir.join(name);
+    let text = format!(
+        "[run]\nname = \"t\"\nruns_dir = \"{}\"\nthreads = 1\n\
+         [env]\nmax_episode_steps = 16\n\
+         [policy]\npred_horizon = 4\naction_horizon = 2\n\
+         [policy.denoiser]\nhidden = 16\nblocks = 1\n\
+         [policy.diffusion]\ntrain_steps = 8\ndenoising_steps = 4\n\
+         [pretrain]\nsteps = 20\nbatch_size = 16\nwarmup_steps = 2\nlog_every = 10\neval_every = 0\ncheckpoint_every = 20\n\
+         [eval]\nepisodes = 2\nenvs = 2\n\
+         [grpo]\ngroups = 2\ngroup_size = 2\nepochs = 1\nminibatch = 64\nlr = 0.001\nclip_low = 0.2\nclip_high = 0.2\n{extra}",
+        dir.join("runs").display()
+    );
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn pretrain(dir: &Path, cfg: &str, out: &str) -> String {
+    let out = dir.join(out);
+    diffrl(&[
+        "pretrain",
+        "--config",
+        cfg,
+        "--dataset",
+        &shipped(),
+        "--out",
+        &out.display().to_string(),
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    out.join("policy").display().to_string()
+}
+
+fn iteration(state: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(state).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["iteration"].as_u64()
+}
+
+#[test]
+fn killed_with_sigkill_and_resumed_equals_uninterrupted() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "c.toml", "iterations = 30\n");
+    let policy = pretrain(d.path(), &cfg, "bc");
+    for algo in ["grpo", "ppo"] {
+        let a = d.path().join(format!("{algo}-a"));
+        let b = d.path().join(format!("{algo}-b"));
+        let (sa, sb) = (a.display().to_string(), b.display().to_string());
+        let common = [
+            "--config",
+            &cfg,
+            "--policy",
+            &policy,
+            "--eval-episodes",
+            "0",
+        ];
+        let s = diffrl(&[&[algo, "--out", &sa], &common[..]].concat()).unwrap();
+        assert!(s.contains("30 iterations"), "{s}");
+
+        let mut child = bin()
+            .args([&[algo, "--out", &sb], &common[..]].concat())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let state = b.join("train_state/state.json");
+        let t0 = Instant::now();
+        while iteration(&state).unwrap_or(0) < 3 && t0.elapsed() < Duration::from_secs(120) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let at = iteration(&state).expect("a checkpoint was written before the kill");
+        assert!(
+            (3..30).contains(&at),
+            "{algo}: killed at iteration {at}, expected mid-run"
+        );
+        // Without --resume the folder is protected; with it the run continues.
+        let e = diffrl(&[&[algo, "--out", &sb], &common[..]].concat()).unwrap_err();
+        assert!(e.contains("--resume"), "{e}");
+        let s = diffrl(&[&[algo, "--out", &sb, "--resume"], &common[..]].concat()).unwrap();
+        assert!(s.contains("30 iterations"), "{s}");
+        let wa = std::fs::read(a.join("policy/model.safetensors")).unwrap();
+        let wb = std::fs::read(b.join("policy/model.safetensors")).unwrap();
+        assert!(
+            wa == wb,
+            "{algo}: weights after kill + resume differ from the uninterrupted run"
+        );
+        let before = std::fs::read(PathBuf::from(&policy).join("model.safetensors")).unwrap();
+        assert!(wa != before, "{algo}: fine-tuning changed nothing");
+    }
+}
+
+#[test]
+fn bad_settings_and_mismatched_checkpoints_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "c.toml", "iterations = 2\n");
+    let policy = pretrain(d.path(), &cfg, "bc");
+    let out = d.path().join("g").display().to_string();
+    let run = |cfg: &str, policy: &str, extra: &[&str]| {
+        diffrl(
+            &[
+                &[
+                    "grpo",
+                    "--config",
+                    cfg,
+                    "--policy",
+                    policy,
+                    "--out",
+                    &out,
+                    "--eval-episodes",
+                    "0",
+                ][..],
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    // Group size 1 has no group to compare with.
+    let small = d.path().join("g1.toml");
+    std::fs::write(
+        &small,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("group_size = 2", "group_size = 1"),
+    )
+    .unwrap();
+    let small = small.display().to_string();
+    let e = run(&small, &policy, &[]).unwrap_err();
+    assert!(e.contains("grpo.group_size") && e.contains(">= 2"), "{e}");
+    // K' > K.
+    let kp = config(d.path(), "kp.toml", "ft_denoising_steps = 7\n");
+    let e = run(&kp, &policy, &[]).unwrap_err();
+    assert!(e.contains("ft_denoising_steps") && e.contains('7'), "{e}");
+    // No pretrained policy.
+    let e = run(&cfg, "/nonexistent/policy", &[]).unwrap_err();
+    assert!(
+        e.contains("/nonexistent/policy") && e.contains("diffrl pretrain"),
+        "{e}"
+    );
+    // An unknown estimator names the choices.
+    let e = run(&cfg, &policy, &["--estimator", "grpo2"]).unwrap_err();
+    assert!(e.contains("dr-grpo"), "{e}");
+    // Resuming with a checkpoint of another architecture is refused.
+    run(&cfg, &policy, &[]).unwrap();
+    let other_cfg = d.path().join("other.toml");
+    std::fs::write(
+        &other_cfg,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("hidden = 16", "hidden = 24"),
+    )
+    .unwrap();
+    let other_cfg = other_cfg.display().to_string();
+    let other = pretrain(d.path(), &other_cfg, "bc-wide");
+    let e = run(&cfg, &other, &["--resume"]).unwrap_err();
+    assert!(e.contains("another") && e.contains("policy"), "{e}");
+}
