@@ -913,25 +913,55 @@ pub struct SurrogateStats {
     pub logp: [f64; 2],
 }
 
-/// The clipped surrogate + k3 KL of one minibatch (ALGORITHMS.md §3), with its statistics.
+/// The loss of a minibatch of (env step, denoising step) pairs (ALGORITHMS.md §3):
+/// mean of -min(r A, clip(r, 1 - clip[0], 1 + clip[1]) A) with r = exp(new - old), plus
+/// beta * mean of the k3 KL exp(ref - new) - (ref - new) - 1 when `reference` is given.
+pub fn surrogate_loss<B: Backend>(
+    new: Tensor<B, 1>,
+    old: Tensor<B, 1>,
+    advantage: Tensor<B, 1>,
+    reference: Option<Tensor<B, 1>>,
+    clip: [f64; 2],
+    beta: f64,
+) -> Tensor<B, 1> {
+    let ratio = (new.clone() - old).exp();
+    let s1 = ratio.clone() * advantage.clone();
+    let s2 = ratio.clamp(1.0 - clip[0], 1.0 + clip[1]) * advantage;
+    let loss = s1.min_pair(s2).neg().mean();
+    match reference {
+        Some(r) => {
+            let d = r - new;
+            loss + (d.clone().exp() - d - 1.0).mean() * beta
+        }
+        None => loss,
+    }
+}
+
+/// The clipped surrogate + k3 KL of one minibatch, with its statistics.
 fn surrogate<B: Backend>(
     policy: &Policy<B>,
     mb: &Minibatch<B>,
     cfg: &GrpoConfig,
 ) -> Result<(Tensor<B, 1>, SurrogateStats), LearnError> {
     let new = policy.pair_logprobs(&mb.obs, mb.x.clone(), mb.next.clone(), &mb.steps);
-    let log_ratio = new.clone() - mb.old.clone();
-    let ratio = log_ratio.clone().exp();
-    let s1 = ratio.clone() * mb.advantage.clone();
-    let s2 = ratio.clone().clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * mb.advantage.clone();
-    let mut loss = s1.min_pair(s2).neg().mean();
-    let mut ref_kl = 0.0;
-    if cfg.beta > 0.0 {
+    let ratio = (new.clone() - mb.old.clone()).exp();
+    let loss = surrogate_loss(
+        new.clone(),
+        mb.old.clone(),
+        mb.advantage.clone(),
+        (cfg.beta > 0.0).then(|| mb.reference.clone()),
+        [cfg.clip_low, cfg.clip_high],
+        cfg.beta,
+    );
+    let ref_kl = if cfg.beta > 0.0 {
         let d = mb.reference.clone() - new.clone();
-        let k3 = d.clone().exp() - d - 1.0;
-        ref_kl = k3.clone().mean().into_scalar().elem::<f64>();
-        loss = loss + k3.mean() * cfg.beta;
-    }
+        (d.clone().exp() - d - 1.0)
+            .mean()
+            .into_scalar()
+            .elem::<f64>()
+    } else {
+        0.0
+    };
     let r = to_vec(ratio)?;
     let lp = to_vec(new)?;
     let n = r.len();

@@ -408,3 +408,204 @@ fn flat<M: Module<CpuBackend>>(m: &M) -> Vec<f32> {
     m.visit(&mut f);
     f.0
 }
+
+/// Reads element `j` of the gradient of parameter `id`.
+struct GradAt<'a> {
+    id: burn::module::ParamId,
+    j: usize,
+    grads: &'a <CpuAutodiff as burn::tensor::backend::AutodiffBackend>::Gradients,
+    out: Option<f32>,
+}
+impl ModuleVisitor<CpuAutodiff> for GradAt<'_> {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<CpuAutodiff, D>>) {
+        if p.id == self.id {
+            let g = p.val().grad(self.grads).expect("parameter has a gradient");
+            self.out = Some(g.into_data().convert::<f32>().into_vec::<f32>().unwrap()[self.j]);
+        }
+    }
+}
+
+/// Adds `delta` to element `j` of parameter `id`.
+struct Perturb {
+    id: burn::module::ParamId,
+    j: usize,
+    delta: f32,
+}
+impl<Bk: burn::tensor::backend::Backend> burn::module::ModuleMapper<Bk> for Perturb {
+    fn map_float<const D: usize>(&mut self, p: Param<Tensor<Bk, D>>) -> Param<Tensor<Bk, D>> {
+        let (id, t, mapper) = p.consume();
+        let t = if id == self.id {
+            let (shape, device) = (t.shape(), t.device());
+            let mut v = t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+            v[self.j] += self.delta;
+            Tensor::from_data(burn::tensor::TensorData::new(v, shape), &device)
+        } else {
+            t
+        };
+        Param::from_mapped_value(id, t, mapper)
+    }
+}
+
+#[test]
+fn surrogate_gradient_matches_finite_differences() {
+    use burn::module::ParamId;
+    use burn::tensor::TensorData;
+    let device = Default::default();
+    let eps = poor_demos();
+    let norm = fit_normalizers(&eps).unwrap();
+    let spec = PolicySpec {
+        state_dim: 1,
+        action_dim: 1,
+        image: None,
+    };
+    let mut cfg = policy_config();
+    cfg.denoiser.hidden = 8;
+    let policy = Policy::<CpuAutodiff>::new(cfg, spec, norm, 4, &device).unwrap();
+    let o = diffrl_policy::ObsBatch {
+        batch: 3,
+        state: vec![-0.2, 0.1, 0.3],
+        image: None,
+    };
+    let act = policy
+        .valid()
+        .act(None, &o, SampleMode::Stochastic, true, &mut rng(2), &device)
+        .unwrap();
+    let chain = act.sample.chain.unwrap().into_data();
+    let obs_t = policy.obs_tensors(&o, &device).unwrap();
+    // Pairs: every observation at the last two chain steps (at the noisy early steps of this
+    // untrained net x0-hat is often clamped to [-1, 1], which carries no gradient).
+    let steps = [3usize, 3, 3, 4, 4, 4];
+    let rows = [0i64, 1, 2, 0, 1, 2];
+    let f32s = |v: Vec<f32>| Tensor::<CpuAutodiff, 1>::from_data(TensorData::new(v, [6]), &device);
+    let new_logp = |p: &Policy<CpuAutodiff>| {
+        let c: Tensor<CpuAutodiff, 4> = Tensor::from_data(chain.clone(), &device);
+        let pick = |off: usize| {
+            let rows: Vec<_> = steps
+                .iter()
+                .zip(rows)
+                .map(|(&k, r)| {
+                    c.clone()
+                        .narrow(0, r as usize, 1)
+                        .narrow(1, k + off, 1)
+                        .reshape([1, 2, 1])
+                })
+                .collect();
+            Tensor::cat(rows, 0)
+        };
+        let idx = Tensor::from_data(TensorData::new(rows.to_vec(), [6]), &device);
+        let obs = diffrl_policy::encoder::ObsTensors {
+            state: obs_t.state.clone().select(0, idx),
+            image: None,
+        };
+        p.pair_logprobs(&obs, pick(0), pick(1), &steps)
+    };
+    // Fixed old and reference log-probs around the current ones: ratios inside and outside the
+    // clip range, advantages of both signs, and a KL term.
+    let now: Vec<f32> = new_logp(&policy)
+        .into_data()
+        .convert::<f32>()
+        .into_vec()
+        .unwrap();
+    let shift = [0.05f32, -0.03, 0.5, -0.02, 0.04, -0.6];
+    let old: Vec<f32> = now.iter().zip(shift).map(|(n, s)| n - s).collect();
+    let reference: Vec<f32> = now.iter().map(|n| n + 0.1).collect();
+    let adv = vec![1.0f32, -0.5, 2.0, -1.0, 0.7, -1.5];
+    let loss = |p: &Policy<CpuAutodiff>| {
+        grpo::surrogate_loss(
+            new_logp(p),
+            f32s(old.clone()),
+            f32s(adv.clone()),
+            Some(f32s(reference.clone())),
+            [0.2, 0.2],
+            0.1,
+        )
+    };
+    let grads = loss(&policy).backward();
+    struct List(Vec<(ParamId, usize)>);
+    impl ModuleVisitor<CpuAutodiff> for List {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<CpuAutodiff, D>>) {
+            self.0.push((p.id, p.val().shape().num_elements()));
+        }
+    }
+    let mut list = List(Vec::new());
+    policy.model.visit(&mut list);
+    let h = 1e-2f32;
+    let mut checked = 0;
+    let mut largest = 0f32;
+    for &pi in &[0, list.0.len() / 2, list.0.len() - 1] {
+        let (id, n) = list.0[pi];
+        for j in [0, n / 2] {
+            let mut at = GradAt {
+                id,
+                j,
+                grads: &grads,
+                out: None,
+            };
+            policy.model.visit(&mut at);
+            let analytic = at.out.unwrap();
+            largest = largest.max(analytic.abs());
+            let eval = |delta: f32| -> f32 {
+                let model =
+                    burn::module::Module::map(policy.model.clone(), &mut Perturb { id, j, delta });
+                loss(&policy.with_model(model)).into_scalar()
+            };
+            let numeric = (eval(h) - eval(-h)) / (2.0 * h);
+            let tol = 2e-3 + 2e-2 * analytic.abs().max(numeric.abs());
+            assert!(
+                (analytic - numeric).abs() < tol,
+                "param #{pi} element {j}: autodiff {analytic} vs finite differences {numeric}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6);
+    assert!(
+        largest > 1e-3,
+        "gradients are all ~0 ({largest}): the check is vacuous"
+    );
+}
+
+/// A reward module that fails: NaN outcomes.
+struct NanReward;
+impl diffrl_core::reward::RewardModule for NanReward {
+    fn name(&self) -> String {
+        "nan".into()
+    }
+    fn rewards(&self, _: &Episode) -> diffrl_core::reward::EpisodeRewards {
+        diffrl_core::reward::EpisodeRewards {
+            outcome: f64::NAN,
+            per_step: None,
+        }
+    }
+}
+
+#[test]
+fn nan_rewards_stop_the_run_with_the_cause_and_write_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let pre = pretrained(&d.path().join("bc"));
+    let cfg = GrpoConfig {
+        iterations: 1,
+        ..toy_grpo()
+    };
+    let out = d.path().join("nan");
+    let e = grpo::train(
+        Policy::<CpuAutodiff>::trainable(&pre),
+        &pre,
+        &mut venv(cfg.groups * cfg.group_size, true),
+        &NanReward,
+        &cfg,
+        Algorithm::Grpo,
+        1,
+        &out,
+        false,
+        &mut grpo::NoHooks,
+    )
+    .err()
+    .expect("NaN rewards are an error")
+    .to_string();
+    assert!(
+        e.contains("'nan'") && e.contains("non-finite") && e.contains("rollout 0 of group 0"),
+        "{e}"
+    );
+    assert!(!out.join("policy").exists() && !out.join("train_state").exists());
+}
