@@ -19,7 +19,10 @@ use diffrl_pusht::PushT;
 use indicatif::ProgressBar;
 
 use crate::config::{self, RunConfig};
-use crate::train::{DeviceArg, bar, check_spec, env_spec, print_report, run_eval, write_report};
+use crate::train::{
+    DeviceArg, append_metrics, bar, check_spec, env_spec, periodic_eval, policy_device,
+    print_report, run_eval, write_report,
+};
 
 /// `diffrl grpo` / `diffrl ppo`.
 #[derive(Debug, Args)]
@@ -67,19 +70,6 @@ struct Hooks<'a> {
     stage: &'static str,
 }
 
-impl Hooks<'_> {
-    fn append(&self, v: &serde_json::Value) {
-        use std::io::Write as _;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.metrics)
-        {
-            let _ = writeln!(f, "{v}");
-        }
-    }
-}
-
 impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
     fn log(&mut self, l: &GrpoLog) {
         self.pb.set_position(l.iteration as u64);
@@ -91,7 +81,10 @@ impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
             l.clip_frac,
             l.collect_steps_per_s
         ));
-        self.append(&serde_json::json!({"stage": self.stage, "train": l}));
+        append_metrics(
+            &self.metrics,
+            &serde_json::json!({"stage": self.stage, "train": l}),
+        );
     }
 
     fn evaluate(
@@ -99,37 +92,15 @@ impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
         iteration: usize,
         policy: &Policy<B>,
     ) -> Result<Option<serde_json::Value>, LearnError> {
-        let n = self.cfg.pretrain.eval_episodes;
-        if n == 0 {
-            return Ok(None);
+        let summary = periodic_eval(self.cfg, &self.pb, policy, ("iteration", iteration))?;
+        if let Some(s) = &summary {
+            append_metrics(
+                &self.metrics,
+                &serde_json::json!({"stage": self.stage, "eval": s}),
+            );
         }
-        let device = policy_device(policy);
-        let r = self.pb.suspend(|| {
-            run_eval(
-                self.cfg,
-                policy,
-                &device,
-                n,
-                self.cfg.eval.seed,
-                SampleMode::Deterministic,
-            )
-        })?;
-        self.pb.println(format!(
-            "  iteration {iteration}: success {:.1}% (95% CI {:.1}-{:.1}%), mean max score {:.3} over {n} episodes",
-            100.0 * r.success_rate,
-            100.0 * r.ci95[0],
-            100.0 * r.ci95[1],
-            r.mean_max_score
-        ));
-        let summary = serde_json::json!({"iteration": iteration, "success_rate": r.success_rate, "ci95": r.ci95, "mean_max_score": r.mean_max_score, "episodes": r.episodes});
-        self.append(&serde_json::json!({"stage": self.stage, "eval": summary}));
-        Ok(Some(summary))
+        Ok(summary)
     }
-}
-
-fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
-    use burn::module::Module;
-    policy.model.devices().pop().unwrap_or_default()
 }
 
 /// Fine-tunes the checkpoint at `policy_dir` into `out_dir`; returns the final evaluation.

@@ -157,23 +157,64 @@ pub fn run_eval<B: Backend>(
     report
 }
 
+/// Appends one JSON line to a metrics.jsonl (best effort: a full disk must not stop training).
+pub(crate) fn append_metrics(path: &Path, v: &serde_json::Value) {
+    use std::io::Write as _;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{v}");
+    }
+}
+
+/// A periodic evaluation during training on [pretrain].eval_episodes episodes: prints a line
+/// above the progress bar and returns the summary stored with the checkpoint (None when off).
+pub(crate) fn periodic_eval<B: Backend>(
+    cfg: &RunConfig,
+    pb: &ProgressBar,
+    policy: &Policy<B>,
+    at: (&str, usize),
+) -> Result<Option<serde_json::Value>, LearnError> {
+    let n = cfg.pretrain.eval_episodes;
+    if n == 0 {
+        return Ok(None);
+    }
+    let device = policy_device(policy);
+    let r = pb.suspend(|| {
+        run_eval(
+            cfg,
+            policy,
+            &device,
+            n,
+            cfg.eval.seed,
+            SampleMode::Deterministic,
+        )
+    })?;
+    pb.println(format!(
+        "  {} {}: success {:.1}% (95% CI {:.1}-{:.1}%), mean max score {:.3} over {n} episodes",
+        at.0,
+        at.1,
+        100.0 * r.success_rate,
+        100.0 * r.ci95[0],
+        100.0 * r.ci95[1],
+        r.mean_max_score
+    ));
+    Ok(Some(serde_json::json!({
+        at.0: at.1,
+        "success_rate": r.success_rate,
+        "ci95": r.ci95,
+        "mean_max_score": r.mean_max_score,
+        "mean_length": r.mean_length,
+        "episodes": r.episodes
+    })))
+}
+
 struct Hooks<'a> {
     cfg: &'a RunConfig,
     pb: ProgressBar,
     metrics: PathBuf,
-}
-
-impl Hooks<'_> {
-    fn append(&self, v: &serde_json::Value) {
-        use std::io::Write as _;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.metrics)
-        {
-            let _ = writeln!(f, "{v}");
-        }
-    }
 }
 
 impl<B: Backend> BcHooks<B> for Hooks<'_> {
@@ -183,7 +224,10 @@ impl<B: Backend> BcHooks<B> for Hooks<'_> {
             "loss {:.4} lr {:.1e} {:.0} steps/s",
             l.loss, l.lr, l.steps_per_sec
         ));
-        self.append(&serde_json::json!({"stage": "pretrain", "train": l}));
+        append_metrics(
+            &self.metrics,
+            &serde_json::json!({"stage": "pretrain", "train": l}),
+        );
     }
 
     fn evaluate(
@@ -191,35 +235,18 @@ impl<B: Backend> BcHooks<B> for Hooks<'_> {
         step: usize,
         policy: &Policy<B>,
     ) -> Result<Option<serde_json::Value>, LearnError> {
-        let device = policy_device(policy);
-        let n = self.cfg.pretrain.eval_episodes;
-        if n == 0 {
-            return Ok(None);
+        let summary = periodic_eval(self.cfg, &self.pb, policy, ("step", step))?;
+        if let Some(s) = &summary {
+            append_metrics(
+                &self.metrics,
+                &serde_json::json!({"stage": "pretrain", "eval": s}),
+            );
         }
-        let r = self.pb.suspend(|| {
-            run_eval(
-                self.cfg,
-                policy,
-                &device,
-                n,
-                self.cfg.eval.seed,
-                SampleMode::Deterministic,
-            )
-        })?;
-        self.pb.println(format!(
-            "  step {step}: success {:.1}% (95% CI {:.1}-{:.1}%), mean max score {:.3} over {n} episodes",
-            100.0 * r.success_rate,
-            100.0 * r.ci95[0],
-            100.0 * r.ci95[1],
-            r.mean_max_score
-        ));
-        let summary = serde_json::json!({"step": step, "success_rate": r.success_rate, "ci95": r.ci95, "mean_max_score": r.mean_max_score, "mean_length": r.mean_length, "episodes": r.episodes});
-        self.append(&serde_json::json!({"stage": "pretrain", "eval": summary}));
-        Ok(Some(summary))
+        Ok(summary)
     }
 }
 
-fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
+pub(crate) fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
     use burn::module::Module;
     policy.model.devices().pop().unwrap_or_default()
 }

@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use diffrl_core::config::{Invalid, Validate, ensure};
@@ -26,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::LearnError;
 use crate::data::ChunkDataset;
 use crate::optim::{clip_grad_norm, ema_decay, ema_update, lr_at};
+use crate::state::{self, STATE_DIR};
 
 /// Behaviour-cloning settings (`[pretrain]` in a run config).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,14 +152,7 @@ struct TrainState {
     dataset_len: usize,
 }
 
-const STATE_DIR: &str = "train_state";
 const POLICY_DIR: &str = "policy";
-
-type Rec = NamedMpkBytesRecorder<FullPrecisionSettings>;
-
-fn recorder_err(what: &str, e: impl std::fmt::Display) -> LearnError {
-    LearnError::Resume(format!("train_state/{what}: {e}"))
-}
 
 /// How training ended.
 pub struct BcOutcome<B: Backend> {
@@ -194,15 +187,12 @@ pub fn train<B: AutodiffBackend>(
     let mut ema: PolicyModel<B::InnerBackend> = policy.model.valid();
     let mut start = 0;
     let state_dir = out.join(STATE_DIR);
-    if resume && state_dir.join("state.json").exists() {
-        let text = std::fs::read_to_string(state_dir.join("state.json")).map_err(|source| {
-            LearnError::Io {
-                path: state_dir.join("state.json"),
-                source,
-            }
-        })?;
-        let st: TrainState =
-            serde_json::from_str(&text).map_err(|e| recorder_err("state.json", e))?;
+    let saved: Option<TrainState> = if resume {
+        state::read_json(&state_dir)?
+    } else {
+        None
+    };
+    if let Some(st) = saved {
         if st.config != *cfg
             || st.policy != policy.config
             || st.seed != seed
@@ -214,22 +204,13 @@ pub fn train<B: AutodiffBackend>(
                 state_dir.display()
             )));
         }
-        let read = |f: &str| {
-            std::fs::read(state_dir.join(f)).map_err(|source| LearnError::Io {
-                path: state_dir.join(f),
-                source,
-            })
-        };
-        let rec = Rec::default();
-        let online = Recorder::<B>::load(&rec, read("online.mpk")?, &device)
-            .map_err(|e| recorder_err("online.mpk", e))?;
-        policy.model = policy.model.clone().load_record(online);
-        let ema_rec = Recorder::<B::InnerBackend>::load(&rec, read("ema.mpk")?, &device)
-            .map_err(|e| recorder_err("ema.mpk", e))?;
-        ema = ema.load_record(ema_rec);
-        let opt = Recorder::<B>::load(&rec, read("optim.mpk")?, &device)
-            .map_err(|e| recorder_err("optim.mpk", e))?;
-        optim = optim.load_record(opt);
+        policy.model =
+            policy
+                .model
+                .clone()
+                .load_record(state::load(&state_dir, "online.mpk", &device)?);
+        ema = ema.load_record(state::load(&state_dir, "ema.mpk", &device)?);
+        optim = optim.load_record(state::load(&state_dir, "optim.mpk", &device)?);
         start = st.step;
     }
     let [to, ds] = data.obs_shape;
@@ -325,13 +306,9 @@ fn save_state<B: AutodiffBackend, O: Optimizer<PolicyModel<B>, B>>(
     out: &Path,
     eval: Option<serde_json::Value>,
 ) -> Result<(), LearnError> {
-    let rec = Rec::default();
-    let online = Recorder::<B>::record(&rec, policy.model.clone().into_record(), ())
-        .map_err(|e| recorder_err("online.mpk", e))?;
-    let ema_bytes = Recorder::<B::InnerBackend>::record(&rec, ema.clone().into_record(), ())
-        .map_err(|e| recorder_err("ema.mpk", e))?;
-    let opt = Recorder::<B>::record(&rec, optim.to_record(), ())
-        .map_err(|e| recorder_err("optim.mpk", e))?;
+    let online = state::bytes::<B, _>(policy.model.clone().into_record(), "online.mpk")?;
+    let ema_bytes = state::bytes::<B::InnerBackend, _>(ema.clone().into_record(), "ema.mpk")?;
+    let opt = state::bytes::<B, _>(optim.to_record(), "optim.mpk")?;
     let state = serde_json::to_vec_pretty(&TrainState {
         step,
         seed,

@@ -20,7 +20,6 @@ use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use diffrl_core::config::{Invalid, Validate, ensure};
@@ -40,6 +39,7 @@ use crate::LearnError;
 use crate::advantages::{AdvantageConfig, GroupRewards, dapo_keep, group_advantages};
 use crate::optim::clip_grad_norm;
 use crate::rollout::{CollectStats, GroupRollout, collect_groups};
+use crate::state::{self, STATE_DIR};
 
 /// Which learner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -341,13 +341,7 @@ struct TrainState {
     episodes: usize,
 }
 
-const STATE_DIR: &str = "train_state";
 const POLICY_DIR: &str = "policy";
-type Rec = NamedMpkBytesRecorder<FullPrecisionSettings>;
-
-fn state_err(what: &str, e: impl std::fmt::Display) -> LearnError {
-    LearnError::Resume(format!("train_state/{what}: {e}"))
-}
 
 /// A value per (rollout, decision).
 type PerDecision = Vec<Vec<f64>>;
@@ -415,13 +409,12 @@ pub fn train<E: Env, B: AutodiffBackend>(
     let mut start = 0;
     let (mut env_steps, mut episodes) = (0usize, 0usize);
     let state_dir = out.join(STATE_DIR);
-    if resume && state_dir.join("state.json").exists() {
-        let path = state_dir.join("state.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| LearnError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let st: TrainState = serde_json::from_str(&text).map_err(|e| state_err("state.json", e))?;
+    let saved: Option<TrainState> = if resume {
+        state::read_json(&state_dir)?
+    } else {
+        None
+    };
+    if let Some(st) = saved {
         if st.config != *cfg
             || st.policy != policy.config
             || st.seed != seed
@@ -433,26 +426,16 @@ pub fn train<E: Env, B: AutodiffBackend>(
                 state_dir.display()
             )));
         }
-        let read = |f: &str| {
-            std::fs::read(state_dir.join(f)).map_err(|source| LearnError::Io {
-                path: state_dir.join(f),
-                source,
-            })
-        };
-        let rec = Rec::default();
-        let online = Recorder::<B>::load(&rec, read("online.mpk")?, &device)
-            .map_err(|e| state_err("online.mpk", e))?;
-        policy.model = policy.model.clone().load_record(online);
-        let opt = Recorder::<B>::load(&rec, read("optim.mpk")?, &device)
-            .map_err(|e| state_err("optim.mpk", e))?;
-        optim = optim.load_record(opt);
+        policy.model =
+            policy
+                .model
+                .clone()
+                .load_record(state::load(&state_dir, "online.mpk", &device)?);
+        optim = optim.load_record(state::load(&state_dir, "optim.mpk", &device)?);
         if let Some(c) = critic.take() {
-            let r = Recorder::<B>::load(&rec, read("critic.mpk")?, &device)
-                .map_err(|e| state_err("critic.mpk", e))?;
-            critic = Some(c.load_record(r));
-            let r = Recorder::<B>::load(&rec, read("critic_optim.mpk")?, &device)
-                .map_err(|e| state_err("critic_optim.mpk", e))?;
-            critic_optim = critic_optim.load_record(r);
+            critic = Some(c.load_record(state::load(&state_dir, "critic.mpk", &device)?));
+            critic_optim =
+                critic_optim.load_record(state::load(&state_dir, "critic_optim.mpk", &device)?);
         }
         start = st.iteration;
         env_steps = st.env_steps;
@@ -1097,23 +1080,25 @@ fn save_state<B: AutodiffBackend, O: Optimizer<PolicyModel<B>, B>, OC: Optimizer
     out: &Path,
     eval: Option<serde_json::Value>,
 ) -> Result<(), LearnError> {
-    let rec = Rec::default();
-    let online = Recorder::<B>::record(&rec, policy.model.clone().into_record(), ())
-        .map_err(|e| state_err("online.mpk", e))?;
-    let opt = Recorder::<B>::record(&rec, optim.to_record(), ())
-        .map_err(|e| state_err("optim.mpk", e))?;
     let state = serde_json::to_vec_pretty(st).expect("train state serialises");
-    let mut files: Vec<(&str, Vec<u8>)> = vec![("online.mpk", online), ("optim.mpk", opt)];
+    let mut files: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "online.mpk",
+            state::bytes::<B, _>(policy.model.clone().into_record(), "online.mpk")?,
+        ),
+        (
+            "optim.mpk",
+            state::bytes::<B, _>(optim.to_record(), "optim.mpk")?,
+        ),
+    ];
     if let Some(c) = critic {
         files.push((
             "critic.mpk",
-            Recorder::<B>::record(&rec, c.clone().into_record(), ())
-                .map_err(|e| state_err("critic.mpk", e))?,
+            state::bytes::<B, _>(c.clone().into_record(), "critic.mpk")?,
         ));
         files.push((
             "critic_optim.mpk",
-            Recorder::<B>::record(&rec, critic_optim.to_record(), ())
-                .map_err(|e| state_err("critic_optim.mpk", e))?,
+            state::bytes::<B, _>(critic_optim.to_record(), "critic_optim.mpk")?,
         ));
     }
     files.push(("state.json", state));

@@ -9,5 +9,6 @@ pub mod eval;
 pub mod grpo;
 pub mod optim;
 pub mod rollout;
+mod state;
 
 pub use error::LearnError;
