@@ -48,12 +48,15 @@ pub struct BenchArgs {
     /// `policy` only: nonlinearity (mish, silu, relu).
     #[arg(long, default_value = "mish")]
     pub activation: String,
+    /// `policy` only: where the model runs.
+    #[arg(long, value_enum, default_value_t = crate::train::DeviceArg::Cpu)]
+    pub device: crate::train::DeviceArg,
 }
 
 /// Runs the benchmark and prints one JSON line.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.task == "policy" {
-        return policy(args, out);
+        return with_device!(args.device, |device, B| policy::<B>(args, &device, out));
     }
     anyhow::ensure!(
         args.task == "pusht",
@@ -106,15 +109,18 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
 /// `diffrl bench policy`: one K = 10 chain at batch 1 and 64, one BC training step at batch 256
 /// of the default residual-MLP diffusion policy at Diffusion Policy's horizons (To 2, Tp 16, Ta 8; Push-T state dimensions); JSON lines in the
 /// format of tools/bench_policy_torch.py.
-fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+fn policy<B: burn::tensor::backend::AutodiffBackend>(
+    args: &BenchArgs,
+    device: &B::Device,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
     use burn::tensor::{Tensor, TensorData};
     use diffrl_core::normalize::Normalizer;
     use diffrl_policy::encoder::ObsTensors;
-    use diffrl_policy::{
-        CpuAutodiff, CpuBackend, Normalizers, ObsBatch, Policy, PolicyConfig, PolicySpec,
-        SampleMode,
-    };
+    use diffrl_policy::{Normalizers, ObsBatch, Policy, PolicyConfig, PolicySpec, SampleMode};
+    let sync = || B::sync(device).map_err(|e| anyhow::anyhow!("device sync: {e:?}"));
+    let backend = format!("{:?}", args.device).to_lowercase();
 
     anyhow::ensure!(args.repeats >= 1, "--repeats must be at least 1");
     let mut cfg = PolicyConfig {
@@ -142,9 +148,8 @@ fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             max: vec![512.0; 2],
         },
     };
-    let device = Default::default();
     let policy =
-        Policy::<CpuBackend>::new(cfg.clone(), spec.clone(), norm.clone(), args.seed, &device)?;
+        Policy::<B::InnerBackend>::new(cfg.clone(), spec.clone(), norm.clone(), args.seed, device)?;
     let mut rng = seeding::rng(args.seed);
     let threads = rayon::current_num_threads();
     for b in [1usize, 64] {
@@ -158,7 +163,7 @@ fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         let mut times = Vec::new();
         for i in 0..args.repeats + 5 {
             let t = Instant::now();
-            let act = policy.act(None, &obs, SampleMode::Stochastic, true, &mut rng, &device)?;
+            let act = policy.act(None, &obs, SampleMode::Stochastic, true, &mut rng, device)?;
             let _ = act.sample.logp.map(|l| l.into_data());
             if i >= 5 {
                 times.push(t.elapsed().as_secs_f64());
@@ -167,10 +172,10 @@ fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(
             out,
             "{}",
-            serde_json::json!({"impl": "diffrl", "what": format!("chain_b{b}"), "median_ms": median_ms(times), "threads": threads})
+            serde_json::json!({"impl": "diffrl", "device": backend, "what": format!("chain_b{b}"), "median_ms": median_ms(times), "threads": threads})
         )?;
     }
-    let mut train = Policy::<CpuAutodiff>::new(cfg, spec, norm, args.seed, &device)?;
+    let mut train = Policy::<B>::new(cfg, spec, norm, args.seed, device)?;
     let mut optim = AdamWConfig::new().init();
     let b = 256;
     let mut times = Vec::new();
@@ -183,13 +188,14 @@ fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             .collect();
         let t = Instant::now();
         let obs = ObsTensors {
-            state: Tensor::from_data(TensorData::new(o, [b, 2, 5]), &device),
+            state: Tensor::from_data(TensorData::new(o, [b, 2, 5]), device),
             image: None,
         };
-        let actions = Tensor::from_data(TensorData::new(a, [b, 16, 2]), &device);
+        let actions = Tensor::from_data(TensorData::new(a, [b, 16, 2]), device);
         let loss = train.bc_loss(&obs, actions, &mut rng);
         let grads = GradientsParams::from_grads(loss.backward(), &train.model);
         train.model = optim.step(1e-4, train.model.clone(), grads);
+        sync()?;
         if i >= 3 {
             times.push(t.elapsed().as_secs_f64());
         }
@@ -197,7 +203,7 @@ fn policy(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(
         out,
         "{}",
-        serde_json::json!({"impl": "diffrl", "what": "train_b256", "median_ms": median_ms(times), "threads": threads})
+        serde_json::json!({"impl": "diffrl", "device": backend, "what": "train_b256", "median_ms": median_ms(times), "threads": threads})
     )?;
     Ok(())
 }
