@@ -377,8 +377,9 @@ pub fn train<E: Env, B: AutodiffBackend>(
         Algorithm::Grpo => "grpo",
         Algorithm::Ppo => "ppo",
     };
+    // Both learners read the [grpo] table.
     cfg.validate()
-        .map_err(|e| LearnError::Data(format!("{section}.{}: {}", e.field, e.message)))?;
+        .map_err(|e| LearnError::Data(format!("grpo.{}: {}", e.field, e.message)))?;
     let mut policy = match cfg.ft_denoising_steps {
         0 => policy,
         k => policy.with_fine_tuned_steps(k)?,
