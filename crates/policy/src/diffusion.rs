@@ -172,7 +172,7 @@ impl DiffusionProcess {
         dims: [usize; 3],
         mode: SampleMode,
         record: bool,
-        rng: &mut Rng,
+        noise: &mut Noise<'_>,
     ) -> ChainSample<B> {
         let device = obs.state.device();
         let coeffs = match mode {
@@ -184,7 +184,7 @@ impl DiffusionProcess {
         let cond = model.encoder.forward(obs);
         let frozen = frozen.filter(|_| first_ft > 0);
         let frozen_cond = frozen.map(|f| f.encoder.forward(obs));
-        let mut x = normal_tensor::<B, 3>(rng, dims, None, &device);
+        let mut x = noise.normal::<B, 3>(dims, None, &device);
         let mut xs = Vec::with_capacity(if record { k_total + 1 } else { 0 });
         let mut logps = Vec::with_capacity(if record { k_total } else { 0 });
         if record {
@@ -202,7 +202,7 @@ impl DiffusionProcess {
                 SampleMode::Deterministic => mu.clone(),
                 SampleMode::Stochastic => {
                     let std = c.sigma.max(self.cfg.min_sampling_std);
-                    let z = normal_tensor::<B, 3>(rng, dims, Some(self.cfg.noise_clip), &device);
+                    let z = noise.normal::<B, 3>(dims, Some(self.cfg.noise_clip), &device);
                     mu.clone() + z * std
                 }
             };
@@ -338,4 +338,46 @@ pub fn normal_tensor<B: Backend, const D: usize>(
         })
         .collect();
     Tensor::from_data(TensorData::new(data, dims), device)
+}
+
+/// Where the sampling noise of a batch comes from.
+///
+/// `Shared` draws the whole batch row-major from one stream (training rollouts, evaluation);
+/// `PerRow` gives row b its own stream, so a row's sample does not depend on which other rows
+/// share its batch (a policy server batching independent requests).
+pub enum Noise<'a> {
+    /// One stream for the batch.
+    Shared(&'a mut Rng),
+    /// One stream per batch row (its length is the batch size).
+    PerRow(&'a mut [Rng]),
+}
+
+impl Noise<'_> {
+    /// Standard-normal samples of shape `dims` (dims[0] = batch), clipped to +-clip when given.
+    pub fn normal<B: Backend, const D: usize>(
+        &mut self,
+        dims: [usize; D],
+        clip: Option<f64>,
+        device: &B::Device,
+    ) -> Tensor<B, D> {
+        match self {
+            Noise::Shared(rng) => normal_tensor(rng, dims, clip, device),
+            Noise::PerRow(rngs) => {
+                assert_eq!(rngs.len(), dims[0], "one noise stream per batch row");
+                let per_row: usize = dims[1..].iter().product();
+                let data: Vec<f32> = rngs
+                    .iter_mut()
+                    .flat_map(|rng| {
+                        (0..per_row)
+                            .map(|_| {
+                                let z: f64 = rng.sample(StandardNormal);
+                                clip.map_or(z, |c| z.clamp(-c, c)) as f32
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                Tensor::from_data(TensorData::new(data, dims), device)
+            }
+        }
+    }
 }

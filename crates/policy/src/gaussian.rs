@@ -10,7 +10,7 @@ use burn::tensor::backend::Backend;
 use diffrl_core::seeding::Rng;
 
 use crate::config::{Activation, EncoderConfig, GaussianConfig};
-use crate::diffusion::{ChainSample, SampleMode, normal_tensor};
+use crate::diffusion::{ChainSample, Noise, SampleMode};
 use crate::encoder::{ImageShape, ObsEncoder, ObsTensors};
 use crate::nn::Mlp;
 
@@ -97,7 +97,7 @@ impl<B: Backend> GaussianModel<B> {
         mode: SampleMode,
         record: bool,
         ta: usize,
-        rng: &mut Rng,
+        noise: &mut Noise<'_>,
     ) -> ChainSample<B> {
         let (mean, std) = self.mean_std(obs);
         let dims = mean.dims();
@@ -105,7 +105,7 @@ impl<B: Backend> GaussianModel<B> {
         let z = match mode {
             SampleMode::Deterministic => Tensor::zeros(dims, &device),
             SampleMode::Stochastic => {
-                normal_tensor::<B, 3>(rng, dims, Some(self.noise_clip), &device)
+                noise.normal::<B, 3>(dims, Some(self.noise_clip), &device)
             }
         };
         let actions = mean.clone() + z.clone() * std.clone();

@@ -18,7 +18,7 @@ pub mod unet;
 pub mod vision;
 
 pub use config::PolicyConfig;
-pub use diffusion::{ChainSample, DiffusionProcess, SampleMode};
+pub use diffusion::{ChainSample, DiffusionProcess, Noise, SampleMode};
 pub use error::{CheckpointError, PolicyError};
 pub use policy::{Act, Normalizers, ObsBatch, Policy, PolicyModel, PolicySpec, seeded_init};
 

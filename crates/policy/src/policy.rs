@@ -10,7 +10,7 @@ use diffrl_core::seeding::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{PolicyConfig, PolicyKind};
-use crate::diffusion::{ChainSample, DiffusionModel, DiffusionProcess, SampleMode};
+use crate::diffusion::{ChainSample, DiffusionModel, DiffusionProcess, Noise, SampleMode};
 use crate::encoder::ObsTensors;
 use crate::error::PolicyError;
 use crate::gaussian::GaussianModel;
@@ -291,6 +291,37 @@ impl<B: Backend> Policy<B> {
         rng: &mut Rng,
         device: &B::Device,
     ) -> Result<Act<B>, PolicyError> {
+        self.act_with(frozen, obs, mode, record, &mut Noise::Shared(rng), device)
+    }
+
+    /// [`Policy::act`] with one noise stream per batch row: row b's chunk depends only on its
+    /// observation and `rngs[b]`, whatever else shares the batch.
+    pub fn act_rows(
+        &self,
+        obs: &ObsBatch,
+        mode: SampleMode,
+        rngs: &mut [Rng],
+        device: &B::Device,
+    ) -> Result<Act<B>, PolicyError> {
+        if rngs.len() != obs.batch {
+            return Err(PolicyError::Shape {
+                what: "noise streams (one per batch row)".into(),
+                expected: obs.batch,
+                got: rngs.len(),
+            });
+        }
+        self.act_with(None, obs, mode, false, &mut Noise::PerRow(rngs), device)
+    }
+
+    fn act_with(
+        &self,
+        frozen: Option<&PolicyModel<B>>,
+        obs: &ObsBatch,
+        mode: SampleMode,
+        record: bool,
+        noise: &mut Noise<'_>,
+        device: &B::Device,
+    ) -> Result<Act<B>, PolicyError> {
         let obs_t = self.obs_tensors(obs, device)?;
         let [tp, da] = self.chunk();
         let ta = self.config.action_horizon;
@@ -300,9 +331,9 @@ impl<B: Backend> Policy<B> {
                     Some(PolicyModel::Diffusion(f)) => Some(f),
                     _ => None,
                 };
-                p.sample(m, frozen, &obs_t, [obs.batch, tp, da], mode, record, rng)
+                p.sample(m, frozen, &obs_t, [obs.batch, tp, da], mode, record, noise)
             }
-            (PolicyModel::Gaussian(g), _) => g.sample(&obs_t, mode, record, ta, rng),
+            (PolicyModel::Gaussian(g), _) => g.sample(&obs_t, mode, record, ta, noise),
             (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
         };
         let mut actions: Vec<f32> = sample

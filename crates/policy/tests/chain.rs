@@ -8,7 +8,7 @@ use common::*;
 use diffrl_core::seeding::rng;
 use diffrl_policy::diffusion::step_logp;
 use diffrl_policy::schedule::{Schedule, chain_timesteps};
-use diffrl_policy::{Policy, PolicyModel, SampleMode};
+use diffrl_policy::{ObsBatch, Policy, PolicyModel, SampleMode};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
@@ -201,6 +201,38 @@ fn same_seed_same_actions_other_seed_other_actions() {
     assert_eq!(a.actions, b.actions);
     assert_ne!(a.actions, c.actions);
     assert_eq!(a.actions.len(), 2 * 4 * 2);
+}
+
+/// A server batching independent requests: each row's chunk must not depend on its batch mates.
+#[test]
+fn per_row_noise_makes_rows_independent_of_their_batch() {
+    let device = Default::default();
+    let policy = Policy::<B>::new(tiny_config(4), spec(), norm(), 1, &device).unwrap();
+    let batch = obs(3);
+    let row = |b: usize| ObsBatch {
+        batch: 1,
+        state: batch.state[b * 6..(b + 1) * 6].to_vec(),
+        image: None,
+    };
+    for mode in [SampleMode::Deterministic, SampleMode::Stochastic] {
+        let mut rngs = vec![rng(5), rng(6), rng(7)];
+        let all = policy.act_rows(&batch, mode, &mut rngs, &device).unwrap();
+        for (b, seed) in [(0, 5), (1, 6), (2, 7)] {
+            let one = policy
+                .act_rows(&row(b), mode, &mut [rng(seed)], &device)
+                .unwrap();
+            let part = &all.actions[b * 8..(b + 1) * 8];
+            for (x, y) in part.iter().zip(&one.actions) {
+                assert!((x - y).abs() < 1e-5, "{mode:?} row {b}: {x} vs {y}");
+            }
+        }
+        // Other streams, other chunks; a missing stream is an error, not a panic.
+        let other = policy
+            .act_rows(&row(0), mode, &mut [rng(99)], &device)
+            .unwrap();
+        assert_ne!(other.actions, all.actions[..8].to_vec());
+        assert!(policy.act_rows(&batch, mode, &mut [rng(1)], &device).is_err());
+    }
 }
 
 #[test]
