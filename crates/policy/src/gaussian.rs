@@ -7,7 +7,6 @@
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use diffrl_core::seeding::Rng;
 
 use crate::config::{Activation, EncoderConfig, GaussianConfig};
 use crate::diffusion::{ChainSample, Noise, SampleMode};
@@ -104,9 +103,7 @@ impl<B: Backend> GaussianModel<B> {
         let device = mean.device();
         let z = match mode {
             SampleMode::Deterministic => Tensor::zeros(dims, &device),
-            SampleMode::Stochastic => {
-                noise.normal::<B, 3>(dims, Some(self.noise_clip), &device)
-            }
+            SampleMode::Stochastic => noise.normal::<B, 3>(dims, Some(self.noise_clip), &device),
         };
         let actions = mean.clone() + z.clone() * std.clone();
         let logp = record.then(|| {

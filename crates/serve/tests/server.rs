@@ -1,0 +1,421 @@
+//! The server end to end on loopback: answers equal in-process inference whatever the
+//! batching, bad requests get text frames and the connection lives on, clients that vanish do
+//! not disturb others, API keys, /healthz, graceful shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use diffrl_core::normalize::Normalizer;
+use diffrl_core::seeding::{Rng, derive, rng};
+use diffrl_policy::config::{DenoiserConfig, DiffusionConfig, PolicyConfig};
+use diffrl_policy::{CpuBackend, Normalizers, ObsBatch, Policy, PolicySpec, SampleMode};
+use diffrl_serve::msgpack::{self, NdArray};
+use diffrl_serve::{
+    ActionModel, Client, ModelSpec, Observation, PolicyRunner, ServeError, ServeStats, Server,
+    ServerConfig,
+};
+use rmpv::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A small diffusion policy: To 2, Ds 3, Tp 4, Ta 2, Da 2, K = 3.
+fn tiny_policy() -> Policy<CpuBackend> {
+    let config = PolicyConfig {
+        obs_horizon: 2,
+        pred_horizon: 4,
+        action_horizon: 2,
+        denoiser: DenoiserConfig {
+            hidden: 16,
+            blocks: 1,
+            step_embed_dim: 8,
+            ..DenoiserConfig::default()
+        },
+        diffusion: DiffusionConfig {
+            train_steps: 6,
+            denoising_steps: 3,
+            ..DiffusionConfig::default()
+        },
+        ..PolicyConfig::default()
+    };
+    let spec = PolicySpec {
+        state_dim: 3,
+        action_dim: 2,
+        image: None,
+    };
+    let norm = Normalizers {
+        state: Normalizer::MinMax {
+            min: vec![0.0; 3],
+            max: vec![10.0; 3],
+        },
+        action: Normalizer::MinMax {
+            min: vec![0.0; 2],
+            max: vec![100.0; 2],
+        },
+    };
+    Policy::new(config, spec, norm, 3, &Default::default()).unwrap()
+}
+
+/// Wraps a model and sleeps in every call, to keep requests in flight.
+struct Slow<M> {
+    inner: M,
+    delay: Duration,
+    calls: Arc<AtomicUsize>,
+}
+
+impl<M: ActionModel> ActionModel for Slow<M> {
+    fn spec(&self) -> &ModelSpec {
+        self.inner.spec()
+    }
+    fn infer(&mut self, obs: &ObsBatch, rngs: &mut [Rng]) -> Result<Vec<f32>, String> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        self.inner.infer(obs, rngs)
+    }
+}
+
+fn runner(mode: SampleMode) -> PolicyRunner<CpuBackend> {
+    PolicyRunner::new(tiny_policy(), Default::default(), mode, "tiny".into(), 10.0)
+}
+
+struct Running {
+    url: String,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<ServeStats, ServeError>>,
+}
+
+impl Running {
+    async fn stop(self) -> ServeStats {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap()
+    }
+}
+
+async fn start(cfg: ServerConfig, model: Box<dyn ActionModel>) -> Running {
+    let server = Server::bind(ServerConfig { port: 0, ..cfg }, model)
+        .await
+        .unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.run(async {
+        let _ = rx.await;
+    }));
+    Running { url, stop, task }
+}
+
+fn state(client: usize, k: usize) -> Vec<f32> {
+    (0..3)
+        .map(|d| ((client * 7 + k * 3 + d) % 10) as f32)
+        .collect()
+}
+
+/// What the policy answers in-process for a window of states and a noise seed: first Ta of Tp.
+fn in_process(
+    policy: &Policy<CpuBackend>,
+    window: &[f32],
+    seed: u64,
+    mode: SampleMode,
+) -> Vec<f32> {
+    let obs = ObsBatch {
+        batch: 1,
+        state: window.to_vec(),
+        image: None,
+    };
+    let act = policy
+        .act_rows(&obs, mode, &mut [rng(seed)], &Default::default())
+        .unwrap();
+    act.actions[..2 * 2].to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_get_the_in_process_answers() {
+    for mode in [SampleMode::Deterministic, SampleMode::Stochastic] {
+        let cfg = ServerConfig {
+            seed: 11,
+            max_batch: 64,
+            batch_window: Duration::from_millis(20),
+            ..ServerConfig::default()
+        };
+        let server = start(cfg, Box::new(runner(mode))).await;
+        let clients = 6;
+        let requests = 5;
+        let barrier = Arc::new(tokio::sync::Barrier::new(clients));
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let (url, barrier) = (server.url.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut client = Client::connect(&url, None).await.unwrap();
+                assert_eq!(client.metadata_usize("action_horizon"), Some(2));
+                assert_eq!(client.metadata_usize("obs_horizon"), Some(2));
+                let mut replies = Vec::new();
+                for k in 0..requests {
+                    barrier.wait().await;
+                    let obs = Observation {
+                        state: state(c, k),
+                        state_shape: vec![3],
+                        ..Observation::default()
+                    };
+                    replies.push(client.infer(&obs).await.unwrap());
+                }
+                replies
+            }));
+        }
+        let policy = tiny_policy();
+        let mut biggest = 0;
+        for (c, t) in tasks.into_iter().enumerate() {
+            let replies = t.await.unwrap();
+            for (k, r) in replies.iter().enumerate() {
+                assert_eq!(r.shape, [2, 2]);
+                // The server stacks single observations into the window (first one repeated).
+                let window = [state(c, k.saturating_sub(1)), state(c, k)].concat();
+                let want = in_process(&policy, &window, derive(11, k as u64), mode);
+                for (a, b) in r.actions.iter().zip(&want) {
+                    assert!(
+                        (a - b).abs() < 1e-4,
+                        "{mode:?} client {c} request {k}: {a} vs {b}"
+                    );
+                }
+                biggest = biggest.max(r.batch_size.unwrap());
+            }
+        }
+        assert!(
+            biggest > 1,
+            "requests that arrive together share a policy call"
+        );
+        let stats = server.stop().await;
+        assert_eq!(stats.answered, (clients * requests) as u64);
+        assert_eq!(stats.refused, 0);
+        assert!(stats.batches < stats.answered);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_seeds_and_windows_are_honoured() {
+    let server = start(
+        ServerConfig::default(),
+        Box::new(runner(SampleMode::Deterministic)),
+    )
+    .await;
+    let mut client = Client::connect(&server.url, None).await.unwrap();
+    let window = [state(0, 0), state(0, 1)].concat();
+    let obs = Observation {
+        state: window.clone(),
+        state_shape: vec![2, 3],
+        seed: Some(99),
+        ..Observation::default()
+    };
+    let r = client.infer(&obs).await.unwrap();
+    assert_eq!(
+        r.actions,
+        in_process(&tiny_policy(), &window, 99, SampleMode::Deterministic)
+    );
+    server.stop().await;
+}
+
+/// Sends raw bytes and expects a text frame containing `needle`.
+async fn refused(client: &mut Client, bytes: Vec<u8>, needle: &str) {
+    match client.send_raw(bytes).await {
+        Err(ServeError::Refused(text)) => assert!(text.contains(needle), "{needle:?} in {text:?}"),
+        other => panic!("expected a refusal mentioning {needle:?}, got {other:?}"),
+    }
+}
+
+fn request(entries: Vec<(&str, Value)>) -> Vec<u8> {
+    msgpack::encode(&Value::Map(
+        entries
+            .into_iter()
+            .map(|(k, v)| (Value::from(k), v))
+            .collect(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_text_frames_and_the_connection_lives_on() {
+    let cfg = ServerConfig {
+        max_message_bytes: 4096,
+        ..ServerConfig::default()
+    };
+    let server = start(cfg, Box::new(runner(SampleMode::Deterministic))).await;
+    let mut client = Client::connect(&server.url, None).await.unwrap();
+    let good = Observation {
+        state: state(1, 1),
+        state_shape: vec![3],
+        ..Observation::default()
+    };
+    refused(&mut client, vec![0x92, 0x01], "not valid msgpack").await;
+    refused(
+        &mut client,
+        request(vec![(
+            "observation.state",
+            NdArray::from_f32(&[4], &[0.0; 4]).to_value(),
+        )]),
+        "[4]",
+    )
+    .await;
+    refused(
+        &mut client,
+        request(vec![(
+            "observation.state",
+            NdArray::from_f32(&[3], &[0.0, f32::NAN, 0.0]).to_value(),
+        )]),
+        "NaN",
+    )
+    .await;
+    refused(
+        &mut client,
+        request(vec![("obs", Value::from(1)), ("camera", Value::from(2))]),
+        "unknown keys received: obs, camera",
+    )
+    .await;
+    assert!(client.infer(&good).await.is_ok(), "still serving");
+    // An oversized frame: a clear text error, then close code 1009; other clients carry on.
+    let mut other = Client::connect(&server.url, None).await.unwrap();
+    let big = request(vec![("pad", Value::Binary(vec![0; 10_000]))]);
+    refused(&mut client, big, "4096 bytes").await;
+    assert!(
+        client.infer(&good).await.is_err(),
+        "closed after the oversized frame"
+    );
+    assert!(other.infer(&good).await.is_ok());
+    let stats = server.stop().await;
+    assert_eq!(stats.refused, 5);
+    assert_eq!(stats.answered, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_vanishes_mid_request_does_not_disturb_the_others() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let model = Slow {
+        inner: runner(SampleMode::Deterministic),
+        delay: Duration::from_millis(150),
+        calls: calls.clone(),
+    };
+    let server = start(ServerConfig::default(), Box::new(model)).await;
+    let obs = Observation {
+        state: state(2, 0),
+        state_shape: vec![3],
+        ..Observation::default()
+    };
+    let mut stayer = Client::connect(&server.url, None).await.unwrap();
+    let first = stayer.infer(&obs).await.unwrap();
+    for _ in 0..3 {
+        let mut leaver = Client::connect(&server.url, None).await.unwrap();
+        let mine = obs.clone();
+        // Send, then drop the connection while the policy is busy with it.
+        let pending = tokio::spawn(async move { leaver.infer(&mine).await });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        pending.abort();
+        let again = stayer.infer(&obs).await.unwrap();
+        assert_eq!(again.shape, first.shape);
+    }
+    let stats = server.stop().await;
+    assert_eq!(stats.refused, 0);
+    assert!(stats.answered >= 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_healthz_and_plain_http() {
+    let cfg = ServerConfig {
+        api_key: Some("s3cret".into()),
+        ..ServerConfig::default()
+    };
+    let server = start(cfg, Box::new(runner(SampleMode::Deterministic))).await;
+    match Client::connect(&server.url, None).await {
+        Err(ServeError::Refused(m)) => assert!(m.contains("401") && m.contains("Api-Key"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    match Client::connect(&server.url, Some("wrong")).await {
+        Err(ServeError::Refused(m)) => assert!(m.contains("wrong API key"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    let mut ok = Client::connect(&server.url, Some("s3cret")).await.unwrap();
+    let obs = Observation {
+        state: state(0, 0),
+        state_shape: vec![3],
+        ..Observation::default()
+    };
+    assert!(ok.infer(&obs).await.is_ok());
+    let addr = server.url.trim_start_matches("ws://").to_string();
+    let http = |req: &'static str| {
+        let addr = addr.clone();
+        async move {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        }
+    };
+    let health = http("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(
+        health.starts_with("HTTP/1.1 200") && health.ends_with("ok\n"),
+        "{health}"
+    );
+    let other = http("GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(
+        other.starts_with("HTTP/1.1 400") && other.contains("websocket"),
+        "{other}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_in_flight_requests_and_a_full_queue_only_slows_clients() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let model = Slow {
+        inner: runner(SampleMode::Deterministic),
+        delay: Duration::from_millis(20),
+        calls: calls.clone(),
+    };
+    let cfg = ServerConfig {
+        queue: 1,
+        max_batch: 1,
+        ..ServerConfig::default()
+    };
+    let server = start(cfg, Box::new(model)).await;
+    let mut tasks = Vec::new();
+    for c in 0..8 {
+        let url = server.url.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::connect(&url, None).await.unwrap();
+            let obs = Observation {
+                state: state(c, 0),
+                state_shape: vec![3],
+                ..Observation::default()
+            };
+            client.infer(&obs).await
+        }));
+    }
+    // Stop while most of the 8 requests are still queued behind a queue of one.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stats = server.stop().await;
+    for t in tasks {
+        assert!(
+            t.await.unwrap().is_ok(),
+            "every request in flight was answered"
+        );
+    }
+    assert_eq!(stats.answered, 8);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        8,
+        "no batching with max_batch = 1"
+    );
+}
+
+#[tokio::test]
+async fn bad_settings_are_refused_before_binding() {
+    let e = Server::bind(
+        ServerConfig {
+            max_batch: 0,
+            port: 0,
+            ..ServerConfig::default()
+        },
+        Box::new(runner(SampleMode::Deterministic)),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("max_batch"), "{e}");
+}
