@@ -231,7 +231,11 @@ fn per_row_noise_makes_rows_independent_of_their_batch() {
             .act_rows(&row(0), mode, &mut [rng(99)], &device)
             .unwrap();
         assert_ne!(other.actions, all.actions[..8].to_vec());
-        assert!(policy.act_rows(&batch, mode, &mut [rng(1)], &device).is_err());
+        assert!(
+            policy
+                .act_rows(&batch, mode, &mut [rng(1)], &device)
+                .is_err()
+        );
     }
 }
 
