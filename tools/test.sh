@@ -12,3 +12,5 @@ echo "== cargo check --features cuda (the GPU path must keep compiling; CI has n
 cargo check -p diffrl-cli --features cuda --locked
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== diffrl serve against the real openpi client (tools/serve_check.sh)"
+bash tools/serve_check.sh

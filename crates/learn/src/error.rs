@@ -17,6 +17,9 @@ pub enum LearnError {
     /// A checkpoint could not be written or read.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The source of actions failed (e.g. a remote policy server).
+    #[error("actor: {0}")]
+    Actor(String),
     /// The environment refused a step.
     #[error("environment: {0}")]
     Env(#[from] EnvError),

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use burn::tensor::backend::Backend;
 use diffrl_core::env::Env;
 use diffrl_core::episode::wilson_interval;
-use diffrl_core::seeding::{derive, rng};
+use diffrl_core::seeding::{Rng, derive, rng};
 use diffrl_core::space::Observation;
 use diffrl_core::vec_env::VecEnv;
 use diffrl_policy::{ObsBatch, Policy, SampleMode};
@@ -131,6 +131,69 @@ pub(crate) fn batch(histories: &[History], idx: &[usize], images: bool) -> ObsBa
     }
 }
 
+/// Something that turns observation windows into action chunks: the in-process policy, or a
+/// policy server across the network (`diffrl eval --remote`).
+pub trait Actor {
+    /// Observations per input window (To).
+    fn obs_horizon(&self) -> usize;
+    /// Actions executed per call (Ta).
+    fn action_horizon(&self) -> usize;
+    /// Width of one action.
+    fn action_dim(&self) -> usize;
+    /// Whether windows carry images.
+    fn images(&self) -> bool;
+    /// Actions `[B, Ta, Da]` (row-major) for the windows of environments `envs` (`obs` holds
+    /// one window per entry of `envs`, in that order).
+    fn act(&mut self, envs: &[usize], obs: &ObsBatch) -> Result<Vec<f32>, LearnError>;
+}
+
+/// A policy evaluated in-process: one noise stream for the run, seeded from the root seed.
+pub struct PolicyActor<'a, B: Backend> {
+    policy: &'a Policy<B>,
+    device: &'a B::Device,
+    mode: SampleMode,
+    rng: Rng,
+}
+
+impl<'a, B: Backend> PolicyActor<'a, B> {
+    /// `policy` on `device`, its noise drawn from a stream derived from `seed`.
+    pub fn new(policy: &'a Policy<B>, device: &'a B::Device, mode: SampleMode, seed: u64) -> Self {
+        Self {
+            policy,
+            device,
+            mode,
+            rng: rng(derive(seed, u64::from(u32::MAX))),
+        }
+    }
+}
+
+impl<B: Backend> Actor for PolicyActor<'_, B> {
+    fn obs_horizon(&self) -> usize {
+        self.policy.config.obs_horizon
+    }
+    fn action_horizon(&self) -> usize {
+        self.policy.config.action_horizon
+    }
+    fn action_dim(&self) -> usize {
+        self.policy.spec.action_dim
+    }
+    fn images(&self) -> bool {
+        self.policy.spec.image.is_some()
+    }
+    fn act(&mut self, _envs: &[usize], obs: &ObsBatch) -> Result<Vec<f32>, LearnError> {
+        let act = self
+            .policy
+            .act(None, obs, self.mode, false, &mut self.rng, self.device)?;
+        let [tp, da] = self.policy.chunk();
+        let ta = self.action_horizon();
+        Ok(act
+            .actions
+            .chunks(tp * da)
+            .flat_map(|c| c[..ta * da].iter().copied())
+            .collect())
+    }
+}
+
 /// Plays `episodes` seeded episodes on `venv` (which must auto-reset in the same step) and
 /// reports success with a Wilson interval. `progress(done, total)` is called as episodes end.
 pub fn evaluate<E: Env, B: Backend>(
@@ -142,10 +205,23 @@ pub fn evaluate<E: Env, B: Backend>(
     mode: SampleMode,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<EvalReport, LearnError> {
+    let mut actor = PolicyActor::new(policy, device, mode, seed);
+    evaluate_actor(venv, &mut actor, episodes, seed, progress)
+}
+
+/// [`evaluate`] for any [`Actor`].
+pub fn evaluate_actor<E: Env>(
+    venv: &mut VecEnv<E>,
+    actor: &mut dyn Actor,
+    episodes: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<EvalReport, LearnError> {
     let n_env = venv.len().min(episodes.max(1));
-    let ta = policy.config.action_horizon;
-    let to = policy.config.obs_horizon;
-    let images = policy.spec.image.is_some();
+    let ta = actor.action_horizon();
+    let to = actor.obs_horizon();
+    let da = actor.action_dim();
+    let images = actor.images();
     let mut quota: Vec<usize> = (0..venv.len())
         .map(|i| episodes / n_env + usize::from(i < episodes % n_env))
         .map(|q| q * usize::from(n_env > 0))
@@ -153,11 +229,10 @@ pub fn evaluate<E: Env, B: Backend>(
     for q in quota.iter_mut().skip(n_env) {
         *q = 0;
     }
-    let mut policy_rng = rng(derive(seed, u64::from(u32::MAX)));
     let first = venv.reset(seed);
     let mut histories: Vec<History> = first.into_iter().map(|o| History::new(o, to)).collect();
     let mut queues: Vec<VecDeque<Vec<f32>>> = vec![VecDeque::new(); venv.len()];
-    let mut last: Vec<Vec<f32>> = vec![vec![0.0; policy.spec.action_dim]; venv.len()];
+    let mut last: Vec<Vec<f32>> = vec![vec![0.0; da]; venv.len()];
     let mut current: Vec<EpisodeStats> = (0..venv.len())
         .map(|i| EpisodeStats {
             env: i,
@@ -174,18 +249,17 @@ pub fn evaluate<E: Env, B: Backend>(
             .filter(|&i| quota[i] > 0 && queues[i].is_empty())
             .collect();
         if !need.is_empty() {
-            let act = policy.act(
-                None,
-                &batch(&histories, &need, images),
-                mode,
-                false,
-                &mut policy_rng,
-                device,
-            )?;
-            let [tp, da] = policy.chunk();
+            let actions = actor.act(&need, &batch(&histories, &need, images))?;
+            if actions.len() != need.len() * ta * da {
+                return Err(LearnError::Actor(format!(
+                    "it returned {} action values for {} windows of {ta} x {da}",
+                    actions.len(),
+                    need.len()
+                )));
+            }
             for (j, &i) in need.iter().enumerate() {
-                let chunk = &act.actions[j * tp * da..(j + 1) * tp * da];
-                queues[i].extend(chunk.chunks(da).take(ta).map(<[f32]>::to_vec));
+                let chunk = &actions[j * ta * da..(j + 1) * ta * da];
+                queues[i].extend(chunk.chunks(da).map(<[f32]>::to_vec));
             }
         }
         let actions: Vec<Vec<f32>> = (0..venv.len())

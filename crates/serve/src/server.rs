@@ -125,7 +125,6 @@ struct Counters {
     connections: AtomicU64,
     answered: AtomicU64,
     refused: AtomicU64,
-    batches: AtomicU64,
 }
 
 struct Job {
@@ -208,11 +207,13 @@ impl Server {
         ]);
         let meta = msgpack::encode(&metadata(&spec, batching));
         let (jobs_tx, jobs_rx) = mpsc::channel(cfg.queue);
+        let batches = Arc::new(AtomicU64::new(0));
         let inference = {
             let (max_batch, window) = (cfg.max_batch, cfg.batch_window);
+            let batches = batches.clone();
             std::thread::Builder::new()
                 .name("diffrl-inference".into())
-                .spawn(move || inference_loop(model, jobs_rx, max_batch, window))
+                .spawn(move || inference_loop(model, jobs_rx, max_batch, window, &batches))
                 .map_err(|e| ServeError::io("starting the inference thread", e))?
         };
         let shared = Arc::new(Shared {
@@ -257,11 +258,11 @@ impl Server {
             conns.abort_all();
         }
         let c = &shared.counters;
-        let stats = ServeStats {
+        let mut stats = ServeStats {
             connections: c.connections.load(Ordering::Relaxed),
             answered: c.answered.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
+            batches: 0,
         };
         // The last job sender goes with `shared`; the inference thread then ends.
         drop(shared);
@@ -270,6 +271,7 @@ impl Server {
             .ok()
             .and_then(Result::ok)
             .ok_or_else(|| ServeError::Policy("the inference thread panicked".into()))?;
+        stats.batches = batches.load(Ordering::Relaxed);
         Ok(stats)
     }
 }
@@ -279,6 +281,7 @@ fn inference_loop(
     mut jobs: mpsc::Receiver<Job>,
     max_batch: usize,
     window: Duration,
+    batches: &AtomicU64,
 ) {
     let spec = model.spec().clone();
     let (to, ta, da) = (spec.obs_horizon, spec.action_horizon, spec.action_dim);
@@ -313,6 +316,7 @@ fn inference_loop(
         let mut rngs: Vec<_> = batch.iter().map(|j| rng(j.seed)).collect();
         let start = Instant::now();
         let result = model.infer(&obs, &mut rngs);
+        batches.fetch_add(1, Ordering::Relaxed);
         let infer_ms = start.elapsed().as_secs_f64() * 1e3;
         let n = batch.len();
         match result {
@@ -562,7 +566,17 @@ async fn connection(
                         reason: "message too big".into(),
                     }))
                     .await;
-                break;
+                // The rest of the frame is still arriving: closing the socket on unread data
+                // makes the kernel send a reset, which can destroy our error before the client
+                // reads it. Finish our side, then swallow what comes until the client closes.
+                let mut tcp = ws.into_inner();
+                let _ = tcp.shutdown().await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                    let mut sink = [0u8; 16 << 10];
+                    while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {}
+                })
+                .await;
+                return;
             }
             Some(Err(e)) => {
                 if shared.log {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Checks `diffrl serve` against the real openpi client (PyPI openpi-client 0.1.2, pinned in
+# tools/requirements-serve.txt, installed into a cached venv): trains a tiny checkpoint on the
+# shipped dataset (seconds), then runs tools/serve_check.py. Called by tools/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/target_dir.sh
+PY=$(tools/venv.sh serve)
+cargo build -q -p diffrl-cli --locked
+bin="${CARGO_TARGET_DIR:-target}/debug/diffrl"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat > "$tmp/tiny.toml" <<TOML
+[run]
+name = "serve-check"
+runs_dir = "$tmp/runs"
+threads = 1
+[policy]
+pred_horizon = 4
+action_horizon = 2
+[policy.denoiser]
+hidden = 16
+blocks = 1
+[policy.diffusion]
+train_steps = 8
+denoising_steps = 4
+[pretrain]
+steps = 20
+batch_size = 16
+warmup_steps = 2
+log_every = 10
+eval_every = 0
+checkpoint_every = 20
+TOML
+"$bin" pretrain --config "$tmp/tiny.toml" --dataset assets/pusht_expert_200 --out "$tmp/bc" \
+  --eval-episodes 0 > /dev/null
+"$PY" tools/serve_check.py "$bin" "$tmp/bc/policy"
