@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::time::Instant;
 
+use anyhow::Context;
 use clap::{Args, ValueEnum};
 use diffrl_core::Env;
 use diffrl_core::seeding;
@@ -51,6 +52,15 @@ pub struct BenchArgs {
     /// `policy` only: where the model runs.
     #[arg(long, value_enum, default_value_t = crate::train::DeviceArg::Cpu)]
     pub device: crate::train::DeviceArg,
+    /// `serve` only: the checkpoint to serve.
+    #[arg(long)]
+    pub policy: Option<std::path::PathBuf>,
+    /// `serve` only: concurrent clients.
+    #[arg(long, default_value_t = 32)]
+    pub clients: usize,
+    /// `serve` only: requests per client.
+    #[arg(long, default_value_t = 200)]
+    pub requests: usize,
 }
 
 /// Runs the benchmark and prints one JSON line.
@@ -58,9 +68,23 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.task == "policy" {
         return with_device!(args.device, |device, B| policy::<B>(args, &device, out));
     }
+    if args.task == "serve" {
+        let policy = args
+            .policy
+            .as_deref()
+            .context("`diffrl bench serve` needs --policy DIR (the checkpoint to serve)")?;
+        let load = crate::serve::LoadArgs {
+            policy,
+            clients: args.clients,
+            requests: args.requests,
+            repeats: args.repeats.max(100),
+            seed: args.seed,
+        };
+        return crate::serve::bench_serve(&load, out);
+    }
     anyhow::ensure!(
         args.task == "pusht",
-        "unknown benchmark {:?}; available: pusht, policy",
+        "unknown benchmark {:?}; available: pusht, policy, serve",
         args.task
     );
     anyhow::ensure!(args.steps >= 1, "--steps must be at least 1");

@@ -35,6 +35,8 @@ pub mod config;
 pub mod demos;
 pub mod finetune;
 pub mod pipeline;
+pub mod robustness;
+pub mod serve;
 pub mod sim;
 pub mod train;
 
@@ -106,6 +108,8 @@ pub enum Command {
     Ppo(finetune::FinetuneArgs),
     /// Evaluate a policy checkpoint on seeded episodes; writes eval.json.
     Eval(train::EvalArgs),
+    /// Serve a policy checkpoint over websockets with openpi-client's protocol.
+    Serve(serve::ServeArgs),
     /// Read a LeRobot dataset folder and print its summary (checks it end to end).
     Inspect {
         /// Dataset folder.
@@ -160,6 +164,7 @@ where
         Command::Sim(args) => sim::run(&args, out),
         Command::Pretrain(args) => train::pretrain_cmd(&args, out),
         Command::Eval(args) => train::eval_cmd(&args, out),
+        Command::Serve(args) => serve::serve_cmd(&args, out),
         Command::Grpo(args) => {
             finetune::finetune_cmd(&args, diffrl_learn::grpo::Algorithm::Grpo, out)
         }

@@ -60,9 +60,9 @@ pub struct PretrainArgs {
 /// `diffrl eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// Policy checkpoint folder (model.safetensors + policy.json).
-    #[arg(long)]
-    pub policy: PathBuf,
+    /// Policy checkpoint folder (model.safetensors + policy.json); not needed with --remote.
+    #[arg(long, required_unless_present = "remote")]
+    pub policy: Option<PathBuf>,
     /// Episodes (default: [eval].episodes).
     #[arg(long)]
     pub episodes: Option<usize>,
@@ -72,15 +72,47 @@ pub struct EvalArgs {
     /// Run config whose [env] and [eval] tables apply.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Where eval.json goes (default: <policy>/../eval.json).
+    /// Where eval.json goes (default: <policy>/../eval.json). With --randomize: the folder
+    /// that receives robustness.json, robustness.md and report.md (default: <policy>/..).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Sweep file of domain-randomisation settings (e.g. configs/pusht_randomize.toml): every
+    /// setting plays the same seeded episodes; writes a robustness table (success, 95% CI,
+    /// mean max score, change against the nominal [env.randomize]).
+    #[arg(long, value_name = "FILE.toml")]
+    pub randomize: Option<PathBuf>,
+    /// Play the episodes through a policy server (`diffrl serve`, or any openpi-protocol
+    /// server) instead of loading --policy: the simulator stands in for the robot.
+    #[arg(long, value_name = "ws://HOST:PORT", conflicts_with = "randomize")]
+    pub remote: Option<String>,
+    /// With --remote: the server's API key (also read from DIFFRL_API_KEY).
+    #[arg(
+        long,
+        env = "DIFFRL_API_KEY",
+        hide_env_values = true,
+        requires = "remote"
+    )]
+    pub api_key: Option<String>,
+    /// With --remote: network round-trip latency to inject per request (ms, wall clock).
+    #[arg(long, default_value_t = 0.0, requires = "remote")]
+    pub latency_ms: f64,
+    /// Control steps between an observation and its actions taking effect (sets
+    /// [env.randomize].action_delay to [N, N]; what latency costs a robot at its control rate).
+    #[arg(long)]
+    pub action_delay: Option<u32>,
     /// Stochastic chains (eta, min std) instead of deterministic DDIM.
     #[arg(long)]
     pub stochastic: bool,
     /// Device.
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
+}
+
+impl EvalArgs {
+    /// The checkpoint folder (clap requires it unless --remote is given).
+    pub fn policy_dir(&self) -> &Path {
+        self.policy.as_deref().unwrap_or(Path::new(""))
+    }
 }
 
 /// The policy spec the configured environment produces.
@@ -113,7 +145,7 @@ pub(crate) fn check_spec(policy: &PolicySpec, env: &PolicySpec, what: &str) -> a
     Ok(())
 }
 
-fn vec_env(cfg: &RunConfig, envs: usize) -> VecEnv<PushT> {
+pub(crate) fn vec_env(cfg: &RunConfig, envs: usize) -> VecEnv<PushT> {
     let worlds = (0..envs)
         .map(|_| PushT::builder().config(cfg.env.clone()).build())
         .collect();
@@ -410,7 +442,16 @@ pub fn pretrain_cmd(args: &PretrainArgs, out: &mut dyn Write) -> anyhow::Result<
 
 /// `diffrl eval`.
 pub fn eval_cmd(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let (cfg, _) = config::load(args.config.as_deref())?;
+    if let Some(sweep) = &args.randomize {
+        return crate::robustness::robustness_cmd(args, sweep, out);
+    }
+    if let Some(url) = &args.remote {
+        return crate::serve::remote_eval_cmd(args, url, out);
+    }
+    let (mut cfg, _) = config::load(args.config.as_deref())?;
+    if let Some(d) = args.action_delay {
+        cfg.env.randomize.action_delay = [d, d];
+    }
     let episodes = args.episodes.unwrap_or(cfg.eval.episodes);
     anyhow::ensure!(episodes >= 1, "--episodes must be at least 1");
     let seed = args.seed.unwrap_or(cfg.eval.seed);
@@ -421,17 +462,17 @@ pub fn eval_cmd(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let report = with_device!(args.device, |device, B| {
         let (policy, _) =
-            checkpoint::load::<<B as AutodiffBackend>::InnerBackend>(&args.policy, &device)
-                .with_context(|| format!("loading the policy {}", args.policy.display()))?;
+            checkpoint::load::<<B as AutodiffBackend>::InnerBackend>(args.policy_dir(), &device)
+                .with_context(|| format!("loading the policy {}", args.policy_dir().display()))?;
         check_spec(
             &policy.spec,
             &env_spec(&cfg)?,
-            &format!("the policy {}", args.policy.display()),
+            &format!("the policy {}", args.policy_dir().display()),
         )?;
         run_eval(&cfg, &policy, &device, episodes, seed, mode).map_err(anyhow::Error::from)
     })?;
     let path = args.out.clone().unwrap_or_else(|| {
-        args.policy
+        args.policy_dir()
             .parent()
             .map_or_else(|| PathBuf::from("eval.json"), |p| p.join("eval.json"))
     });
