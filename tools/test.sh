@@ -14,3 +14,5 @@ echo "== cargo test"
 cargo test --workspace --locked
 echo "== diffrl serve against the real openpi client (tools/serve_check.sh)"
 bash tools/serve_check.sh
+echo "== recordings against the real Rerun tools (tools/rrd_check.sh)"
+bash tools/rrd_check.sh

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Creates (once) a pinned Python virtualenv for tools/ scripts and prints its python path.
 # Usage: PY=$(tools/venv.sh [NAME])  with NAME = pusht (default: gym-pusht peer), check
-# (pandas/pyarrow readers) or torch (PyTorch CPU + diffusers); the pins are
-# tools/requirements-NAME.txt. The venv lives in the cache so repeated runs are fast, and is
-# rebuilt when the pins change. A `# pip-options: ...` line in the pins file adds pip options
-# (torch uses --no-deps: its file lists the whole closure, without the GPU-only wheels).
+# (pandas/pyarrow readers), torch (PyTorch CPU + diffusers), serve (openpi-client) or rerun
+# (the Rerun Viewer and CLI, rerun-sdk 0.36.3); the pins are tools/requirements-NAME.txt. The
+# venv lives in the cache so repeated runs are fast, and is rebuilt when the pins change. A
+# `# pip-options: ...` line in the pins file adds pip options (torch uses --no-deps: its file
+# lists the whole closure, without the GPU-only wheels).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 name=${1:-pusht}

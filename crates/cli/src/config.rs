@@ -58,6 +58,14 @@ pub struct RewardSection {
     pub outcome: Outcome,
     /// Added to the outcome of successful episodes.
     pub success_bonus: f64,
+    /// Progress shaping of the per-step rewards (`{ model = "DIR", gamma = 0.99 }`); absent =
+    /// the environment's step rewards as they are.
+    pub shaping: Option<ShapingSection>,
+    /// How `diffrl reward train` trains the progress model.
+    pub progress: diffrl_reward::progress::ProgressConfig,
+    /// SRPO-style outcomes for failed rollouts, ranked by how close they ended to a successful
+    /// member of their group (`{ length_scale = 50.0, cap = 0.5 }`); absent = off.
+    pub srpo: Option<diffrl_reward::process::SrpoConfig>,
 }
 
 impl Default for RewardSection {
@@ -65,8 +73,30 @@ impl Default for RewardSection {
         Self {
             outcome: Outcome::Score,
             success_bonus: 1.0,
+            shaping: None,
+            progress: Default::default(),
+            srpo: None,
         }
     }
+}
+
+/// `[reward.shaping]`: r' = r + gamma Phi(s') - Phi(s) with a trained progress model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapingSection {
+    /// Progress-model folder written by `diffrl reward train`.
+    pub model: std::path::PathBuf,
+    /// Discount of the potential term.
+    #[serde(default = "default_gamma")]
+    pub gamma: f64,
+    /// "potential" (policy-invariant, default) or "progress-as-reward" (the non-invariant
+    /// ablation).
+    #[serde(default)]
+    pub kind: diffrl_reward::shaping::ShapingKind,
+}
+
+fn default_gamma() -> f64 {
+    0.99
 }
 
 /// `[eval]`: seeded evaluation episodes.
@@ -183,6 +213,21 @@ impl Validate for RunConfig {
             "reward.success_bonus",
             "must be finite",
         )?;
+        if let Some(sh) = &self.reward.shaping {
+            ensure(
+                sh.gamma.is_finite() && sh.gamma > 0.0 && sh.gamma <= 1.0,
+                "reward.shaping.gamma",
+                format!("must be in (0, 1], got {}", sh.gamma),
+            )?;
+        }
+        if let Err(diffrl_reward::RewardError::Config { field, message }) = self
+            .reward
+            .progress
+            .validate()
+            .and_then(|()| self.reward.srpo.map_or(Ok(()), |s| s.validate()))
+        {
+            return Err(Invalid::new(format!("reward.{field}"), message));
+        }
         self.expert.validate().map_err(|e| e.within("expert"))
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::Args;
-use diffrl_core::reward::OutcomeReward;
+use diffrl_core::record::{NoRecorder, Recorder, Timeline, Topic};
 use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_learn::LearnError;
 use diffrl_learn::advantages::Estimator;
@@ -21,8 +21,9 @@ use indicatif::ProgressBar;
 use crate::config::{self, RunConfig};
 use crate::train::{
     DeviceArg, append_metrics, bar, check_spec, env_spec, periodic_eval, policy_device,
-    print_report, run_eval, write_report,
+    print_report, run_eval_recorded, write_report,
 };
+use crate::viz::Recording;
 
 /// `diffrl grpo` / `diffrl ppo`.
 #[derive(Debug, Args)]
@@ -68,10 +69,37 @@ struct Hooks<'a> {
     pb: ProgressBar,
     metrics: PathBuf,
     stage: &'static str,
+    rec: &'a dyn Recorder,
 }
 
 impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
+    fn recorder(&self) -> &dyn Recorder {
+        self.rec
+    }
+
     fn log(&mut self, l: &GrpoLog) {
+        self.rec.train_scalars(
+            l.iteration as i64,
+            &[
+                (Topic::Loss, "surrogate", l.loss),
+                (Topic::Loss, "value", l.value_loss),
+                (Topic::Kl, "approx", l.approx_kl),
+                (Topic::Kl, "ref", l.ref_kl),
+                (Topic::Clip, "frac", l.clip_frac),
+                (Topic::Success, "rollouts", l.success_rate),
+                (Topic::Reward, "mean", l.reward_mean),
+                (Topic::Reward, "std", l.reward_std),
+                (Topic::Reward, "mean_max_score", l.mean_max_score),
+                (Topic::Lr, "lr", self.cfg.grpo.lr),
+                (Topic::Grad, "norm", l.grad_norm),
+                (
+                    Topic::Speed,
+                    "collect_env_steps_per_s",
+                    l.collect_steps_per_s,
+                ),
+                (Topic::Speed, "update_pairs_per_s", l.update_pairs_per_s),
+            ],
+        );
         self.pb.set_position(l.iteration as u64);
         self.pb.set_message(format!(
             "success {:.0}% reward {:.3} kl {:.1e} clip {:.2} | {:.0} env steps/s",
@@ -92,7 +120,13 @@ impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
         iteration: usize,
         policy: &Policy<B>,
     ) -> Result<Option<serde_json::Value>, LearnError> {
-        let summary = periodic_eval(self.cfg, &self.pb, policy, ("iteration", iteration))?;
+        let summary = periodic_eval(
+            self.cfg,
+            &self.pb,
+            policy,
+            ("iteration", iteration),
+            self.rec,
+        )?;
         if let Some(s) = &summary {
             append_metrics(
                 &self.metrics,
@@ -114,6 +148,33 @@ pub fn finetune<B: AutodiffBackend>(
     eval_episodes: usize,
     device: &B::Device,
     out: &mut dyn Write,
+) -> anyhow::Result<Option<EvalReport>> {
+    finetune_recorded::<B>(
+        cfg,
+        algorithm,
+        policy_dir,
+        out_dir,
+        resume,
+        eval_episodes,
+        device,
+        out,
+        &NoRecorder,
+    )
+}
+
+/// [`finetune`] recording rollouts, group statistics, training scalars and the final
+/// evaluation into `rec`.
+#[allow(clippy::too_many_arguments)]
+pub fn finetune_recorded<B: AutodiffBackend>(
+    cfg: &RunConfig,
+    algorithm: Algorithm,
+    policy_dir: &Path,
+    out_dir: &Path,
+    resume: bool,
+    eval_episodes: usize,
+    device: &B::Device,
+    out: &mut dyn Write,
+    rec: &dyn Recorder,
 ) -> anyhow::Result<Option<EvalReport>> {
     let stage = match algorithm {
         Algorithm::Grpo => "grpo",
@@ -139,10 +200,7 @@ pub fn finetune<B: AutodiffBackend>(
         .map(|_| PushT::builder().config(cfg.env.clone()).build())
         .collect();
     let mut venv = VecEnv::new(worlds, AutoReset::SameStep, cfg.run.threads);
-    let reward = OutcomeReward {
-        outcome: cfg.reward.outcome,
-        success_bonus: cfg.reward.success_bonus,
-    };
+    let reward = crate::reward_cmd::reward_module(cfg)?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     writeln!(
         out,
@@ -159,7 +217,7 @@ pub fn finetune<B: AutodiffBackend>(
             k => k,
         },
         reference.chain_len(),
-        diffrl_core::reward::RewardModule::name(&reward),
+        reward.name(),
         cfg.reward.success_bonus,
         policy_dir.display()
     )?;
@@ -173,13 +231,14 @@ pub fn finetune<B: AutodiffBackend>(
         pb: pb.clone(),
         metrics: out_dir.join("metrics.jsonl"),
         stage,
+        rec,
     };
     let t0 = std::time::Instant::now();
     let outcome = grpo::train(
         trainable,
         &reference,
         &mut venv,
-        &reward,
+        reward.as_ref(),
         g,
         algorithm,
         cfg.run.seed,
@@ -207,13 +266,15 @@ pub fn finetune<B: AutodiffBackend>(
     if eval_episodes == 0 {
         return Ok(None);
     }
-    let r = run_eval(
+    rec.set_time(Timeline::TrainStep, outcome.iterations as i64);
+    let r = run_eval_recorded(
         cfg,
         &outcome.policy,
         &policy_device(&outcome.policy),
         eval_episodes,
         cfg.eval.seed,
         SampleMode::Deterministic,
+        rec,
     )?;
     write_report(out_dir.join("eval.json").as_path(), &r)?;
     print_report(out, &r)?;
@@ -224,6 +285,7 @@ pub fn finetune<B: AutodiffBackend>(
 pub fn finetune_cmd(
     args: &FinetuneArgs,
     algorithm: Algorithm,
+    rerun: Option<&diffrl_viz::RerunSink>,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let (mut cfg, _) = config::load(args.config.as_deref())?;
@@ -254,8 +316,15 @@ pub fn finetune_cmd(
         );
     }
     let episodes = args.eval_episodes.unwrap_or(cfg.eval.episodes);
+    let recording = Recording::open(
+        rerun,
+        diffrl_viz::RerunSink::Off,
+        stage,
+        Timeline::TrainStep,
+        out,
+    )?;
     with_device!(args.device, |device, B| {
-        finetune::<B>(
+        finetune_recorded::<B>(
             &cfg,
             algorithm,
             &policy_dir,
@@ -264,6 +333,7 @@ pub fn finetune_cmd(
             episodes,
             &device,
             out,
+            recording.recorder(),
         )
     })?;
     Ok(())

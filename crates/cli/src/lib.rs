@@ -35,10 +35,12 @@ pub mod config;
 pub mod demos;
 pub mod finetune;
 pub mod pipeline;
+pub mod reward_cmd;
 pub mod robustness;
 pub mod serve;
 pub mod sim;
 pub mod train;
+pub mod viz;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -53,6 +55,12 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Where to record for the Rerun Viewer (`pip install rerun-sdk==0.36.3`): off, spawn,
+    /// save=PATH, connect[=URL] (rerun+http://HOST:PORT/proxy or HOST:PORT) or
+    /// serve[=[HOST:]PORT] (binds 127.0.0.1 unless HOST is given). Default: off (`diffrl run`:
+    /// save to the run folder). Entity paths: docs/viz.md.
+    #[arg(long, global = true, value_name = "SINK")]
+    pub rerun: Option<diffrl_viz::RerunSink>,
 }
 
 /// Subcommands.
@@ -110,6 +118,11 @@ pub enum Command {
     Eval(train::EvalArgs),
     /// Serve a policy checkpoint over websockets with openpi-client's protocol.
     Serve(serve::ServeArgs),
+    /// Progress reward models: `train` on demonstrations, `eval` their metrics.
+    #[command(subcommand)]
+    Reward(reward_cmd::RewardCommand),
+    /// Open a recording in the Rerun Viewer: a run folder (its recording.rrd) or an .rrd file.
+    View(viz::ViewArgs),
     /// Read a LeRobot dataset folder and print its summary (checks it end to end).
     Inspect {
         /// Dataset folder.
@@ -124,6 +137,7 @@ where
     T: Into<OsString> + Clone,
 {
     let cli = Cli::try_parse_from(args)?;
+    let rerun = cli.rerun.as_ref();
     match cli.command {
         Command::Run {
             config,
@@ -144,6 +158,7 @@ where
                 anyhow::bail!("unknown simulator {task:?}; available: pusht");
             }
             anyhow::ensure!(episodes >= 1, "--episodes must be at least 1");
+            viz::ignored(rerun, "demos");
             let (cfg, _) = config::load(config.as_deref())?;
             let (eps, summary) = demos::generate(&cfg.env, &cfg.expert, episodes, seed, threads)?;
             writeln!(out, "{summary}")?;
@@ -161,18 +176,27 @@ where
             writeln!(out, "wrote {written} episodes to {}", dir.display())?;
             Ok(())
         }
-        Command::Sim(args) => sim::run(&args, out),
-        Command::Pretrain(args) => train::pretrain_cmd(&args, out),
-        Command::Eval(args) => train::eval_cmd(&args, out),
-        Command::Serve(args) => serve::serve_cmd(&args, out),
+        Command::Sim(args) => sim::run(&args, rerun, out),
+        Command::Pretrain(args) => train::pretrain_cmd(&args, rerun, out),
+        Command::Eval(args) => train::eval_cmd(&args, rerun, out),
+        Command::Serve(args) => {
+            viz::ignored(rerun, "serve");
+            serve::serve_cmd(&args, out)
+        }
+        Command::Reward(cmd) => reward_cmd::run(&cmd, out),
         Command::Grpo(args) => {
-            finetune::finetune_cmd(&args, diffrl_learn::grpo::Algorithm::Grpo, out)
+            finetune::finetune_cmd(&args, diffrl_learn::grpo::Algorithm::Grpo, rerun, out)
         }
         Command::Ppo(args) => {
-            finetune::finetune_cmd(&args, diffrl_learn::grpo::Algorithm::Ppo, out)
+            finetune::finetune_cmd(&args, diffrl_learn::grpo::Algorithm::Ppo, rerun, out)
         }
-        Command::Bench(args) => bench::run(&args, out),
+        Command::Bench(args) => {
+            viz::ignored(rerun, "bench");
+            bench::run(&args, out)
+        }
+        Command::View(args) => viz::view_cmd(&args, out),
         Command::Inspect { dataset } => {
+            viz::ignored(rerun, "inspect");
             let ds = diffrl_core::lerobot::read_dataset(&dataset)?;
             let eps = ds.episodes("observation.state")?;
             let summary = demos::summarize(&eps, 0.0);

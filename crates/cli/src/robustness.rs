@@ -583,6 +583,7 @@ fn run_settings<B: Backend>(
 pub fn robustness_cmd(
     args: &EvalArgs,
     sweep_path: &Path,
+    rerun: Option<&diffrl_viz::RerunSink>,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let (mut cfg, _) = config::load(args.config.as_deref())?;
@@ -644,6 +645,13 @@ pub fn robustness_cmd(
     for k in &skipped {
         writeln!(out, "  skipping {} ({}): {}", k.name, k.origin, k.reason)?;
     }
+    let recording = crate::viz::Recording::open(
+        rerun,
+        diffrl_viz::RerunSink::Off,
+        "eval --randomize",
+        diffrl_core::record::Timeline::EnvStep,
+        out,
+    )?;
     let t0 = Instant::now();
     let reports = with_device!(args.device, |device, B| {
         let (policy, _) =
@@ -671,6 +679,7 @@ pub fn robustness_cmd(
         skipped,
     };
     write_table(&dir, &table)?;
+    crate::viz::record_robustness(recording.recorder(), &table);
     write!(out, "{}", table.markdown_table())?;
     writeln!(
         out,

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Args;
 use diffrl_core::Env;
+use diffrl_core::record::{Recorder, StepSeries, Timeline};
 use diffrl_pusht::{Expert, PushT};
 use serde_json::json;
 
@@ -76,11 +77,37 @@ fn read_actions(path: &PathBuf) -> anyhow::Result<Vec<[f32; 2]>> {
         .collect()
 }
 
-/// Runs the command, writing lines to `out`.
-pub fn run(args: &SimArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+/// Logs the scene (and the step's reward) at a new `env_step`.
+fn record(rec: &dyn Recorder, env: &PushT, reward: Option<f32>) {
+    if !rec.enabled() {
+        return;
+    }
+    let t = rec.tick(Timeline::EnvStep);
+    if let Some(s) = env.scene() {
+        rec.scene(&s);
+    }
+    if let Some(r) = reward {
+        rec.step_series(StepSeries::Reward, t, &[f64::from(r)]);
+    }
+}
+
+/// Runs the command, writing lines to `out`; `--rerun` records the scene of every step.
+pub fn run(
+    args: &SimArgs,
+    rerun: Option<&diffrl_viz::RerunSink>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     if args.task != "pusht" {
         bail!("unknown simulator {:?}; available: pusht", args.task);
     }
+    let recording = crate::viz::Recording::open(
+        rerun,
+        diffrl_viz::RerunSink::Off,
+        "sim",
+        Timeline::EnvStep,
+        &mut std::io::stderr(),
+    )?;
+    let rec = recording.recorder();
     let (cfg, _) = crate::config::load(args.config.as_deref())?;
     let actions = match (&args.actions, args.expert) {
         (Some(p), false) => Some(read_actions(p)?),
@@ -96,6 +123,7 @@ pub fn run(args: &SimArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let line = |out: &mut dyn Write, v: serde_json::Value| -> anyhow::Result<()> {
         Ok(writeln!(out, "{v}")?)
     };
+    record(rec, &env, None);
     if args.json {
         line(out, json!({"step": 0, "state": env.true_state()}))?;
     } else {
@@ -108,6 +136,7 @@ pub fn run(args: &SimArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                       out: &mut dyn Write|
      -> anyhow::Result<()> {
         step += 1;
+        record(rec, env, Some(r.reward));
         if args.json {
             line(
                 out,

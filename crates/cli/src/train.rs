@@ -10,16 +10,18 @@ use clap::{Args, ValueEnum};
 use diffrl_core::env::Env;
 use diffrl_core::fs::write_atomic;
 use diffrl_core::lerobot::read_dataset;
+use diffrl_core::record::{Level, NoRecorder, Recorder, Timeline, Topic};
 use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_learn::LearnError;
 use diffrl_learn::bc::{self, BcHooks, BcLog};
 use diffrl_learn::data::{ChunkDataset, fit_normalizers};
-use diffrl_learn::eval::{EvalReport, evaluate};
+use diffrl_learn::eval::{EvalReport, evaluate_recorded};
 use diffrl_policy::{Policy, PolicySpec, SampleMode, checkpoint};
 use diffrl_pusht::PushT;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{self, RunConfig};
+use crate::viz::Recording;
 
 /// Where models run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -171,12 +173,26 @@ pub fn run_eval<B: Backend>(
     seed: u64,
     mode: SampleMode,
 ) -> Result<EvalReport, LearnError> {
+    run_eval_recorded(cfg, policy, device, episodes, seed, mode, &NoRecorder)
+}
+
+/// [`run_eval`] recording environment 0's episodes and every episode's end into `rec`, then a
+/// summary line.
+pub fn run_eval_recorded<B: Backend>(
+    cfg: &RunConfig,
+    policy: &Policy<B>,
+    device: &B::Device,
+    episodes: usize,
+    seed: u64,
+    mode: SampleMode,
+    rec: &dyn Recorder,
+) -> Result<EvalReport, LearnError> {
     let mut venv = vec_env(cfg, cfg.eval.envs.min(episodes.max(1)));
     let pb = bar(
         episodes as u64,
         "  eval [{bar:30}] {pos}/{len} episodes {elapsed_precise} (eta {eta})",
     );
-    let report = evaluate(
+    let report = evaluate_recorded(
         &mut venv,
         policy,
         device,
@@ -184,8 +200,28 @@ pub fn run_eval<B: Backend>(
         seed,
         mode,
         &mut |d, _| pb.set_position(d as u64),
+        rec,
     );
     pb.finish_and_clear();
+    if let Ok(r) = &report
+        && rec.enabled()
+    {
+        rec.text(
+            diffrl_viz::paths::EVAL_SUMMARY,
+            Level::Info,
+            &format!(
+                "evaluation (seed {seed}): success {:.1}% ({}/{}; Wilson 95% CI {:.1}-{:.1}%),                  mean max score {:.3}, mean length {:.1}",
+                100.0 * r.success_rate,
+                r.successes,
+                r.episodes,
+                100.0 * r.ci95[0],
+                100.0 * r.ci95[1],
+                r.mean_max_score,
+                r.mean_length
+            ),
+        );
+        rec.flush();
+    }
     report
 }
 
@@ -208,22 +244,32 @@ pub(crate) fn periodic_eval<B: Backend>(
     pb: &ProgressBar,
     policy: &Policy<B>,
     at: (&str, usize),
+    rec: &dyn Recorder,
 ) -> Result<Option<serde_json::Value>, LearnError> {
     let n = cfg.pretrain.eval_episodes;
     if n == 0 {
         return Ok(None);
     }
     let device = policy_device(policy);
+    rec.set_time(Timeline::TrainStep, at.1 as i64);
     let r = pb.suspend(|| {
-        run_eval(
+        run_eval_recorded(
             cfg,
             policy,
             &device,
             n,
             cfg.eval.seed,
             SampleMode::Deterministic,
+            rec,
         )
     })?;
+    rec.train_scalars(
+        at.1 as i64,
+        &[
+            (Topic::Success, "eval", r.success_rate),
+            (Topic::Reward, "eval_mean_max_score", r.mean_max_score),
+        ],
+    );
     pb.println(format!(
         "  {} {}: success {:.1}% (95% CI {:.1}-{:.1}%), mean max score {:.3} over {n} episodes",
         at.0,
@@ -247,10 +293,20 @@ struct Hooks<'a> {
     cfg: &'a RunConfig,
     pb: ProgressBar,
     metrics: PathBuf,
+    rec: &'a dyn Recorder,
 }
 
 impl<B: Backend> BcHooks<B> for Hooks<'_> {
     fn log(&mut self, l: &BcLog) {
+        self.rec.train_scalars(
+            l.step as i64,
+            &[
+                (Topic::Loss, "bc", l.loss),
+                (Topic::Lr, "lr", l.lr),
+                (Topic::Grad, "norm", l.grad_norm),
+                (Topic::Speed, "steps_per_s", l.steps_per_sec),
+            ],
+        );
         self.pb.set_position(l.step as u64);
         self.pb.set_message(format!(
             "loss {:.4} lr {:.1e} {:.0} steps/s",
@@ -267,7 +323,7 @@ impl<B: Backend> BcHooks<B> for Hooks<'_> {
         step: usize,
         policy: &Policy<B>,
     ) -> Result<Option<serde_json::Value>, LearnError> {
-        let summary = periodic_eval(self.cfg, &self.pb, policy, ("step", step))?;
+        let summary = periodic_eval(self.cfg, &self.pb, policy, ("step", step), self.rec)?;
         if let Some(s) = &summary {
             append_metrics(
                 &self.metrics,
@@ -301,6 +357,30 @@ pub fn pretrain<B: AutodiffBackend>(
     eval_episodes: usize,
     device: &B::Device,
     out: &mut dyn Write,
+) -> anyhow::Result<Option<EvalReport>> {
+    pretrain_recorded::<B>(
+        cfg,
+        dataset,
+        out_dir,
+        resume,
+        eval_episodes,
+        device,
+        out,
+        &NoRecorder,
+    )
+}
+
+/// [`pretrain`] recording training scalars and evaluation episodes into `rec`.
+#[allow(clippy::too_many_arguments)]
+pub fn pretrain_recorded<B: AutodiffBackend>(
+    cfg: &RunConfig,
+    dataset: &Path,
+    out_dir: &Path,
+    resume: bool,
+    eval_episodes: usize,
+    device: &B::Device,
+    out: &mut dyn Write,
+    rec: &dyn Recorder,
 ) -> anyhow::Result<Option<EvalReport>> {
     let ds = read_dataset(dataset).with_context(|| {
         format!(
@@ -352,6 +432,7 @@ pub fn pretrain<B: AutodiffBackend>(
         cfg,
         pb: pb.clone(),
         metrics: out_dir.join("metrics.jsonl"),
+        rec,
     };
     let t0 = std::time::Instant::now();
     let outcome = bc::train(
@@ -374,13 +455,15 @@ pub fn pretrain<B: AutodiffBackend>(
     if eval_episodes == 0 {
         return Ok(None);
     }
-    let r = run_eval(
+    rec.set_time(Timeline::TrainStep, outcome.steps as i64);
+    let r = run_eval_recorded(
         cfg,
         &outcome.policy,
         &policy_device(&outcome.policy),
         eval_episodes,
         cfg.eval.seed,
         SampleMode::Deterministic,
+        rec,
     )?;
     write_report(out_dir.join("eval.json").as_path(), &r)?;
     print_report(out, &r)?;
@@ -408,7 +491,11 @@ pub(crate) fn print_report(out: &mut dyn Write, r: &EvalReport) -> anyhow::Resul
 }
 
 /// `diffrl pretrain`.
-pub fn pretrain_cmd(args: &PretrainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn pretrain_cmd(
+    args: &PretrainArgs,
+    rerun: Option<&diffrl_viz::RerunSink>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let (mut cfg, _) = config::load(args.config.as_deref())?;
     if let Some(s) = args.steps {
         anyhow::ensure!(s >= 1, "--steps must be at least 1");
@@ -426,8 +513,15 @@ pub fn pretrain_cmd(args: &PretrainArgs, out: &mut dyn Write) -> anyhow::Result<
         );
     }
     let episodes = args.eval_episodes.unwrap_or(cfg.eval.episodes);
+    let recording = Recording::open(
+        rerun,
+        diffrl_viz::RerunSink::Off,
+        "pretrain",
+        Timeline::TrainStep,
+        out,
+    )?;
     with_device!(args.device, |device, B| {
-        pretrain::<B>(
+        pretrain_recorded::<B>(
             &cfg,
             &dataset,
             &out_dir,
@@ -435,17 +529,23 @@ pub fn pretrain_cmd(args: &PretrainArgs, out: &mut dyn Write) -> anyhow::Result<
             episodes,
             &device,
             out,
+            recording.recorder(),
         )
     })?;
     Ok(())
 }
 
 /// `diffrl eval`.
-pub fn eval_cmd(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn eval_cmd(
+    args: &EvalArgs,
+    rerun: Option<&diffrl_viz::RerunSink>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     if let Some(sweep) = &args.randomize {
-        return crate::robustness::robustness_cmd(args, sweep, out);
+        return crate::robustness::robustness_cmd(args, sweep, rerun, out);
     }
     if let Some(url) = &args.remote {
+        crate::viz::ignored(rerun, "eval --remote");
         return crate::serve::remote_eval_cmd(args, url, out);
     }
     let (mut cfg, _) = config::load(args.config.as_deref())?;
@@ -460,6 +560,13 @@ pub fn eval_cmd(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     } else {
         SampleMode::Deterministic
     };
+    let recording = Recording::open(
+        rerun,
+        diffrl_viz::RerunSink::Off,
+        "eval",
+        Timeline::EnvStep,
+        out,
+    )?;
     let report = with_device!(args.device, |device, B| {
         let (policy, _) =
             checkpoint::load::<<B as AutodiffBackend>::InnerBackend>(args.policy_dir(), &device)
@@ -469,7 +576,16 @@ pub fn eval_cmd(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             &env_spec(&cfg)?,
             &format!("the policy {}", args.policy_dir().display()),
         )?;
-        run_eval(&cfg, &policy, &device, episodes, seed, mode).map_err(anyhow::Error::from)
+        run_eval_recorded(
+            &cfg,
+            &policy,
+            &device,
+            episodes,
+            seed,
+            mode,
+            recording.recorder(),
+        )
+        .map_err(anyhow::Error::from)
     })?;
     let path = args.out.clone().unwrap_or_else(|| {
         args.policy_dir()

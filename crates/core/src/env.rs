@@ -2,6 +2,7 @@
 //! through this trait; the CLI wires concrete simulators in.
 
 use crate::EnvError;
+use crate::scene::Scene2d;
 use crate::space::{BoxSpace, Observation, ObservationSpace};
 
 /// Diagnostics returned with every step.
@@ -57,4 +58,9 @@ pub trait Env: Send {
     fn observe(&mut self) -> Observation;
     /// Number of steps taken in the current episode.
     fn elapsed_steps(&self) -> usize;
+    /// A top view of the current state for a viewer (None: the task draws nothing). Called
+    /// only while a recorder is on, so it may allocate.
+    fn scene(&self) -> Option<Scene2d> {
+        None
+    }
 }

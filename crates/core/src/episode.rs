@@ -24,6 +24,9 @@ pub struct Episode {
     pub truncated: bool,
     /// Task instruction, for language-conditioned tasks.
     pub task: Option<String>,
+    /// The observation after the last action, when recorded (progress shaping needs
+    /// Phi(s_T)).
+    pub final_observation: Option<Observation>,
 }
 
 impl Episode {

@@ -11,6 +11,8 @@
 //! - [`lerobot`]: LeRobot v3.0 dataset folders (write and read).
 //! - [`seeding`]: deterministic seed derivation.
 //! - [`fs`]: atomic file writes (temp file + rename).
+//! - [`scene`]: 2-D drawing primitives a simulator hands to a recorder ([`scene::Scene2d`]).
+//! - [`record`]: the [`record::Recorder`] trait (viewer logging) and its no-op.
 #![warn(missing_docs)]
 
 pub mod config;
@@ -20,10 +22,13 @@ pub mod error;
 pub mod fs;
 pub mod lerobot;
 pub mod normalize;
+pub mod record;
 pub mod reward;
 pub mod run_dir;
+pub mod scene;
 pub mod seeding;
 pub mod space;
+pub mod stages;
 pub mod vec_env;
 
 pub use env::{Env, Info, StepResult};

@@ -15,12 +15,27 @@ pub struct EpisodeRewards {
     pub per_step: Option<Vec<f64>>,
 }
 
+/// A reward module that could not score an episode (a learned model's NaN output, an
+/// observation it was not trained for): the message says what and where.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct RewardFailure(pub String);
+
 /// Turns finished episodes into the rewards a learner optimises.
 pub trait RewardModule: Send + Sync {
     /// A short name for logs and metrics.
     fn name(&self) -> String;
     /// Rewards of one finished episode. Non-finite values are the learner's to reject.
-    fn rewards(&self, episode: &Episode) -> EpisodeRewards;
+    fn rewards(&self, episode: &Episode) -> Result<EpisodeRewards, RewardFailure>;
+    /// Adjusts the rewards of a group of rollouts that started from the same state, once each
+    /// has been scored (self-referential rewards compare group members); default: unchanged.
+    fn refine_group(
+        &self,
+        _episodes: &[&Episode],
+        _rewards: &mut [EpisodeRewards],
+    ) -> Result<(), RewardFailure> {
+        Ok(())
+    }
 }
 
 /// Which episode statistic is the outcome.
@@ -50,7 +65,7 @@ impl RewardModule for OutcomeReward {
         format!("{:?}", self.outcome).to_lowercase()
     }
 
-    fn rewards(&self, ep: &Episode) -> EpisodeRewards {
+    fn rewards(&self, ep: &Episode) -> Result<EpisodeRewards, RewardFailure> {
         let base = match self.outcome {
             Outcome::Score => f64::from(ep.max_score()),
             Outcome::Success => f64::from(u8::from(ep.success())),
@@ -61,10 +76,10 @@ impl RewardModule for OutcomeReward {
         } else {
             0.0
         };
-        EpisodeRewards {
+        Ok(EpisodeRewards {
             outcome: base + bonus,
             per_step: Some(ep.rewards.iter().map(|&r| f64::from(r)).collect()),
-        }
+        })
     }
 }
 
@@ -94,6 +109,7 @@ mod tests {
                 success_bonus,
             }
             .rewards(&ep)
+            .unwrap()
         };
         assert!((r(Outcome::Score, 1.0).outcome - 0.7).abs() < 1e-6);
         assert_eq!(r(Outcome::Success, 1.0).outcome, 0.0);
@@ -104,6 +120,6 @@ mod tests {
             outcome: Outcome::Success,
             success_bonus: 0.5,
         };
-        assert_eq!(r.rewards(&won).outcome, 1.5);
+        assert_eq!(r.rewards(&won).unwrap().outcome, 1.5);
     }
 }

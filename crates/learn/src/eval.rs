@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use burn::tensor::backend::Backend;
 use diffrl_core::env::Env;
 use diffrl_core::episode::wilson_interval;
+use diffrl_core::record::{EpisodeEnd, NoRecorder, PolicyCall, Recorder, StepSeries, Timeline};
 use diffrl_core::seeding::{Rng, derive, rng};
 use diffrl_core::space::Observation;
 use diffrl_core::vec_env::VecEnv;
@@ -145,6 +146,17 @@ pub trait Actor {
     /// Actions `[B, Ta, Da]` (row-major) for the windows of environments `envs` (`obs` holds
     /// one window per entry of `envs`, in that order).
     fn act(&mut self, envs: &[usize], obs: &ObsBatch) -> Result<Vec<f32>, LearnError>;
+    /// [`Actor::act`] when environment 0 (the recorded one) is among `envs` and `rec` is on:
+    /// an actor that can show its chunk and chain logs them as a [`PolicyCall`]. The actions
+    /// must be the ones [`Actor::act`] would return.
+    fn act_recorded(
+        &mut self,
+        envs: &[usize],
+        obs: &ObsBatch,
+        _rec: &dyn Recorder,
+    ) -> Result<Vec<f32>, LearnError> {
+        self.act(envs, obs)
+    }
 }
 
 /// A policy evaluated in-process: one noise stream for the run, seeded from the root seed.
@@ -192,6 +204,36 @@ impl<B: Backend> Actor for PolicyActor<'_, B> {
             .flat_map(|c| c[..ta * da].iter().copied())
             .collect())
     }
+
+    fn act_recorded(
+        &mut self,
+        envs: &[usize],
+        obs: &ObsBatch,
+        rec: &dyn Recorder,
+    ) -> Result<Vec<f32>, LearnError> {
+        let Some(row) = envs.iter().position(|&e| e == 0) else {
+            return self.act(envs, obs);
+        };
+        // Recording the chain draws the same noise, so the actions are unchanged.
+        let act = self
+            .policy
+            .act(None, obs, self.mode, true, &mut self.rng, self.device)?;
+        let [tp, da] = self.policy.chunk();
+        let ta = self.action_horizon();
+        let chain = crate::rollout::chain_row(self.policy, &act.sample, row)?;
+        rec.policy_call(&PolicyCall {
+            action_dim: da,
+            predicted: &act.actions[row * tp * da..(row + 1) * tp * da],
+            executed: ta,
+            chain: &chain.0,
+            logp: &chain.1,
+        });
+        Ok(act
+            .actions
+            .chunks(tp * da)
+            .flat_map(|c| c[..ta * da].iter().copied())
+            .collect())
+    }
 }
 
 /// Plays `episodes` seeded episodes on `venv` (which must auto-reset in the same step) and
@@ -209,6 +251,23 @@ pub fn evaluate<E: Env, B: Backend>(
     evaluate_actor(venv, &mut actor, episodes, seed, progress)
 }
 
+/// [`evaluate`] that records environment 0's scenes, policy calls and rewards and every
+/// episode's end into `rec` (nothing changes in the results).
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate_recorded<E: Env, B: Backend>(
+    venv: &mut VecEnv<E>,
+    policy: &Policy<B>,
+    device: &B::Device,
+    episodes: usize,
+    seed: u64,
+    mode: SampleMode,
+    progress: &mut dyn FnMut(usize, usize),
+    rec: &dyn Recorder,
+) -> Result<EvalReport, LearnError> {
+    let mut actor = PolicyActor::new(policy, device, mode, seed);
+    evaluate_actor_recorded(venv, &mut actor, episodes, seed, progress, rec)
+}
+
 /// [`evaluate`] for any [`Actor`].
 pub fn evaluate_actor<E: Env>(
     venv: &mut VecEnv<E>,
@@ -217,6 +276,28 @@ pub fn evaluate_actor<E: Env>(
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<EvalReport, LearnError> {
+    evaluate_actor_recorded(venv, actor, episodes, seed, progress, &NoRecorder)
+}
+
+/// Logs environment 0's scene at a new `env_step`; returns that step.
+pub(crate) fn record_scene<E: Env>(venv: &VecEnv<E>, rec: &dyn Recorder) -> i64 {
+    let t = rec.tick(Timeline::EnvStep);
+    if let Some(scene) = venv.envs().next().and_then(Env::scene) {
+        rec.scene(&scene);
+    }
+    t
+}
+
+/// [`evaluate_actor`] recording into `rec` (see [`evaluate_recorded`]).
+pub fn evaluate_actor_recorded<E: Env>(
+    venv: &mut VecEnv<E>,
+    actor: &mut dyn Actor,
+    episodes: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+    rec: &dyn Recorder,
+) -> Result<EvalReport, LearnError> {
+    let recording = rec.enabled();
     let n_env = venv.len().min(episodes.max(1));
     let ta = actor.action_horizon();
     let to = actor.obs_horizon();
@@ -230,6 +311,9 @@ pub fn evaluate_actor<E: Env>(
         *q = 0;
     }
     let first = venv.reset(seed);
+    if recording {
+        record_scene(venv, rec);
+    }
     let mut histories: Vec<History> = first.into_iter().map(|o| History::new(o, to)).collect();
     let mut queues: Vec<VecDeque<Vec<f32>>> = vec![VecDeque::new(); venv.len()];
     let mut last: Vec<Vec<f32>> = vec![vec![0.0; da]; venv.len()];
@@ -249,7 +333,12 @@ pub fn evaluate_actor<E: Env>(
             .filter(|&i| quota[i] > 0 && queues[i].is_empty())
             .collect();
         if !need.is_empty() {
-            let actions = actor.act(&need, &batch(&histories, &need, images))?;
+            let obs = batch(&histories, &need, images);
+            let actions = if recording && need.first() == Some(&0) {
+                actor.act_recorded(&need, &obs, rec)?
+            } else {
+                actor.act(&need, &obs)?
+            };
             if actions.len() != need.len() * ta * da {
                 return Err(LearnError::Actor(format!(
                     "it returned {} action values for {} windows of {ta} x {da}",
@@ -273,6 +362,12 @@ pub fn evaluate_actor<E: Env>(
             })
             .collect();
         let step = venv.step(&actions)?;
+        if recording && quota[0] > 0 {
+            // After an episode's last step the environment has already reset: the scene
+            // shows the next episode's start.
+            let t = record_scene(venv, rec);
+            rec.step_series(StepSeries::Reward, t, &[f64::from(step.rewards[0])]);
+        }
         for i in 0..venv.len() {
             if quota[i] == 0 {
                 continue;
@@ -291,6 +386,16 @@ pub fn evaluate_actor<E: Env>(
                     total_reward: 0.0,
                     length: 0,
                 };
+                if recording {
+                    rec.episode_end(&EpisodeEnd {
+                        env: c.env,
+                        episode: c.episode,
+                        success: c.success,
+                        max_score: c.max_score,
+                        total_reward: c.total_reward,
+                        length: c.length,
+                    });
+                }
                 done.push(std::mem::replace(c, next));
                 progress(done.len(), episodes);
                 quota[i] -= 1;

@@ -24,6 +24,8 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use diffrl_core::config::{Invalid, Validate, ensure};
 use diffrl_core::env::Env;
+use diffrl_core::episode::Episode;
+use diffrl_core::record::{NoRecorder, Recorder, Timeline};
 use diffrl_core::reward::RewardModule;
 use diffrl_core::seeding::{derive, rng};
 use diffrl_core::vec_env::VecEnv;
@@ -38,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::LearnError;
 use crate::advantages::{AdvantageConfig, GroupRewards, dapo_keep, group_advantages};
 use crate::optim::clip_grad_norm;
-use crate::rollout::{CollectStats, GroupRollout, collect_groups};
+use crate::rollout::{CollectStats, GroupRollout, collect_groups_recorded, record_rollout_series};
 use crate::state::{self, STATE_DIR};
 
 /// Which learner.
@@ -289,6 +291,12 @@ pub trait GrpoHooks<B: Backend> {
     fn should_stop(&self) -> bool {
         false
     }
+    /// Where the loop records rollout 0 of every iteration (scenes, chains, per-step rewards
+    /// and advantages) and group statistics, on `train_step` = the iteration being collected
+    /// for (1-based, as in [`GrpoLog::iteration`]).
+    fn recorder(&self) -> &dyn Recorder {
+        &NoRecorder
+    }
 }
 
 /// Hooks that do nothing.
@@ -471,9 +479,14 @@ pub fn train<E: Env, B: AutodiffBackend>(
             1
         };
         let mut kept_groups = 0;
+        hooks
+            .recorder()
+            .set_time(Timeline::TrainStep, iteration as i64 + 1);
+        // (env_step of rollout 0's start, its index in `kept`) when it was recorded and kept.
+        let mut recorded: Option<(i64, usize)> = None;
         for round in 0..rounds {
             let mut prng = rng(derive(it_seed, 1 + round as u64));
-            let (rollouts, s) = collect_groups(
+            let (rollouts, s) = collect_groups_recorded(
                 venv,
                 &current,
                 frozen,
@@ -482,6 +495,11 @@ pub fn train<E: Env, B: AutodiffBackend>(
                 derive(it_seed, 100 + round as u64),
                 &mut prng,
                 &device,
+                if round == 0 {
+                    hooks.recorder()
+                } else {
+                    &NoRecorder
+                },
             )?;
             stats.env_s += s.env_s;
             stats.policy_s += s.policy_s;
@@ -489,7 +507,27 @@ pub fn train<E: Env, B: AutodiffBackend>(
             stats.decisions += s.decisions;
             for g in 0..groups {
                 let members = &rollouts[g * group_size..(g + 1) * group_size];
-                let rewards: Vec<_> = members.iter().map(|r| reward.rewards(&r.episode)).collect();
+                let rewards = members
+                    .iter()
+                    .enumerate()
+                    .map(|(j, r)| {
+                        reward.rewards(&r.episode).map_err(|e| {
+                            LearnError::Data(format!(
+                                "reward module '{}' failed on rollout {j} of group {g} at \
+                                 iteration {iteration}: {e}",
+                                reward.name()
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut rewards = rewards;
+                let episodes: Vec<&Episode> = members.iter().map(|r| &r.episode).collect();
+                reward.refine_group(&episodes, &mut rewards).map_err(|e| {
+                    LearnError::Data(format!(
+                        "reward module '{}' failed on group {g} at iteration {iteration}: {e}",
+                        reward.name()
+                    ))
+                })?;
                 for (j, r) in rewards.iter().enumerate() {
                     if !r.outcome.is_finite() {
                         return Err(LearnError::Data(format!(
@@ -513,6 +551,11 @@ pub fn train<E: Env, B: AutodiffBackend>(
                         || dapo_keep(&outcomes)
                         || round + 1 == rounds);
                 if keep {
+                    if g == 0
+                        && let Some(t) = s.recorded_env_step
+                    {
+                        recorded = Some((t, kept.len()));
+                    }
                     kept_groups += 1;
                     for (mut r, rw) in members.iter().cloned().zip(rewards) {
                         r.group = kept_groups - 1;
@@ -530,6 +573,7 @@ pub fn train<E: Env, B: AutodiffBackend>(
         let collect_s = t_collect.elapsed().as_secs_f64();
         env_steps += stats.env_steps;
         episodes += all_outcomes.len();
+        hooks.recorder().group_stats(&all_outcomes, group_size);
 
         // Advantages per (rollout, decision).
         let mut returns = Vec::new();
@@ -545,6 +589,15 @@ pub fn train<E: Env, B: AutodiffBackend>(
                 (adv, 0)
             }
         };
+        if let Some((t, ri)) = recorded {
+            record_rollout_series(
+                hooks.recorder(),
+                t,
+                &kept[ri],
+                &rollout_rewards[ri],
+                &advantages[ri],
+            );
+        }
 
         // Pairs, with old log-probs from the rollout and reference log-probs when needed.
         let t_update = Instant::now();

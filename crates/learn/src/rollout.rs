@@ -8,12 +8,13 @@ use std::time::Instant;
 use burn::tensor::backend::Backend;
 use diffrl_core::env::Env;
 use diffrl_core::episode::Episode;
+use diffrl_core::record::{NoRecorder, PolicyCall, Recorder, Timeline};
 use diffrl_core::seeding::Rng;
 use diffrl_core::vec_env::VecEnv;
 use diffrl_policy::{Policy, PolicyModel, SampleMode};
 
 use crate::LearnError;
-use crate::eval::{History, batch};
+use crate::eval::{History, batch, record_scene};
 
 /// One policy call of a rollout: what it saw and the chain it sampled.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +73,69 @@ pub struct CollectStats {
     pub env_steps: usize,
     /// Policy decisions (chains sampled) for live rollouts.
     pub decisions: usize,
+    /// `env_step` of rollout 0's first state when it was recorded (its step s is at
+    /// `first + 1 + s`).
+    pub recorded_env_step: Option<i64>,
+}
+
+/// Row `row` of a recorded chain sample in environment units: x_K..x_0 `[K + 1, Tp, Da]` and
+/// the log-probs `[K]`.
+pub(crate) fn chain_row<B: Backend>(
+    policy: &Policy<B>,
+    sample: &diffrl_policy::diffusion::ChainSample<B>,
+    row: usize,
+) -> Result<(Vec<f32>, Vec<f32>), LearnError> {
+    let (Some(chain), Some(logp)) = (&sample.chain, &sample.logp) else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let chain = to_vec(chain.clone())?;
+    let logp = to_vec(logp.clone())?;
+    let b = sample.actions.dims()[0].max(1);
+    let (per_chain, per_logp) = (chain.len() / b, logp.len() / b);
+    Ok((
+        denormalized_chain(policy, &chain[row * per_chain..(row + 1) * per_chain]),
+        logp[row * per_logp..(row + 1) * per_logp].to_vec(),
+    ))
+}
+
+/// Logs a recorded rollout's per-step series at `env_step` `first + 1 + s` for step s: the
+/// environment's rewards, the reward module's per-step rewards (shaped) when it gives them, and
+/// the advantage of the decision whose chunk executed the step.
+pub(crate) fn record_rollout_series(
+    rec: &dyn Recorder,
+    first: i64,
+    rollout: &GroupRollout,
+    rewards: &diffrl_core::reward::EpisodeRewards,
+    advantages: &[f64],
+) {
+    use diffrl_core::record::StepSeries;
+    let t0 = first + 1;
+    let env: Vec<f64> = rollout
+        .episode
+        .rewards
+        .iter()
+        .map(|&r| f64::from(r))
+        .collect();
+    rec.step_series(StepSeries::Reward, t0, &env);
+    if let Some(shaped) = &rewards.per_step {
+        rec.step_series(StepSeries::Shaped, t0, shaped);
+    }
+    let per_step: Vec<f64> = rollout
+        .decisions
+        .iter()
+        .zip(advantages)
+        .flat_map(|(d, &a)| std::iter::repeat_n(a, d.executed))
+        .collect();
+    rec.step_series(StepSeries::Advantage, t0, &per_step);
+}
+
+/// A normalised chain (rows of Da) in environment units.
+fn denormalized_chain<B: Backend>(policy: &Policy<B>, chain: &[f32]) -> Vec<f32> {
+    let mut out = chain.to_vec();
+    for a in out.chunks_mut(policy.spec.action_dim.max(1)) {
+        policy.norm.action.denormalize(a);
+    }
+    out
 }
 
 /// Plays `groups` groups of `group_size` rollouts on `venv` (which must hold exactly
@@ -89,6 +153,34 @@ pub fn collect_groups<E: Env, B: Backend>(
     rng: &mut Rng,
     device: &B::Device,
 ) -> Result<(Vec<GroupRollout>, CollectStats), LearnError> {
+    collect_groups_recorded(
+        venv,
+        policy,
+        frozen,
+        groups,
+        group_size,
+        seed,
+        rng,
+        device,
+        &NoRecorder,
+    )
+}
+
+/// [`collect_groups`] that records rollout 0 into `rec`: its scene at every step and its policy
+/// calls (chunks, chains, log-probs). The rollouts are the same.
+#[allow(clippy::too_many_arguments)]
+pub fn collect_groups_recorded<E: Env, B: Backend>(
+    venv: &mut VecEnv<E>,
+    policy: &Policy<B>,
+    frozen: Option<&PolicyModel<B>>,
+    groups: usize,
+    group_size: usize,
+    seed: u64,
+    rng: &mut Rng,
+    device: &B::Device,
+    rec: &dyn Recorder,
+) -> Result<(Vec<GroupRollout>, CollectStats), LearnError> {
+    let recording = rec.enabled();
     let n = groups * group_size;
     if venv.len() != n {
         return Err(LearnError::Data(format!(
@@ -111,6 +203,9 @@ pub fn collect_groups<E: Env, B: Backend>(
         }
     }
     stats.env_s += t.elapsed().as_secs_f64();
+    if recording {
+        stats.recorded_env_step = Some(record_scene(venv, rec));
+    }
     let mut histories: Vec<History> = first.into_iter().map(|o| History::new(o, to)).collect();
     let mut rollouts: Vec<GroupRollout> = (0..n)
         .map(|i| GroupRollout {
@@ -135,6 +230,15 @@ pub fn collect_groups<E: Env, B: Backend>(
             let per_chain = (k + 1) * tp * da;
             let per_state = obs.state.len() / need.len();
             let per_image = obs.image.as_ref().map(|v| v.len() / need.len());
+            if recording && need[0] == 0 {
+                rec.policy_call(&PolicyCall {
+                    action_dim: da,
+                    predicted: &act.actions[..tp * da],
+                    executed: ta,
+                    chain: &denormalized_chain(policy, &chain[..per_chain]),
+                    logp: &logp[..k],
+                });
+            }
             for (j, &i) in need.iter().enumerate() {
                 let chunk = &act.actions[j * tp * da..(j + 1) * tp * da];
                 queues[i].extend(chunk.chunks(da).take(ta).map(<[f32]>::to_vec));
@@ -168,6 +272,14 @@ pub fn collect_groups<E: Env, B: Backend>(
         let t = Instant::now();
         let step = venv.step(&actions)?;
         stats.env_s += t.elapsed().as_secs_f64();
+        if recording && live[0] {
+            if step.terminated[0] || step.truncated[0] {
+                // The environment has reset already; keep the last scene on screen.
+                rec.tick(Timeline::EnvStep);
+            } else {
+                record_scene(venv, rec);
+            }
+        }
         for i in 0..n {
             if !live[i] {
                 continue;
@@ -192,6 +304,7 @@ pub fn collect_groups<E: Env, B: Backend>(
             if step.terminated[i] || step.truncated[i] {
                 r.episode.terminated = step.terminated[i];
                 r.episode.truncated = step.truncated[i];
+                r.episode.final_observation = step.final_obs[i].clone();
                 live[i] = false;
             } else {
                 histories[i].push(step.obs[i].clone());

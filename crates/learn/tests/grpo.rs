@@ -571,11 +571,14 @@ impl diffrl_core::reward::RewardModule for NanReward {
     fn name(&self) -> String {
         "nan".into()
     }
-    fn rewards(&self, _: &Episode) -> diffrl_core::reward::EpisodeRewards {
-        diffrl_core::reward::EpisodeRewards {
+    fn rewards(
+        &self,
+        _: &Episode,
+    ) -> Result<diffrl_core::reward::EpisodeRewards, diffrl_core::reward::RewardFailure> {
+        Ok(diffrl_core::reward::EpisodeRewards {
             outcome: f64::NAN,
             per_step: None,
-        }
+        })
     }
 }
 

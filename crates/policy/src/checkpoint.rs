@@ -4,13 +4,14 @@
 
 use std::path::{Path, PathBuf};
 
+use burn::module::Module;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
 use crate::config::PolicyConfig;
 use crate::error::CheckpointError;
-use crate::policy::{Normalizers, Policy, PolicyModel, PolicySpec};
+use crate::policy::{Normalizers, Policy, PolicySpec};
 
 /// Weights file inside a checkpoint folder.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -42,8 +43,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     }
 }
 
-/// Serialises the weights of a model to safetensors bytes.
-pub fn weights_to_bytes<B: Backend>(model: &PolicyModel<B>) -> Result<Vec<u8>, String> {
+/// Serialises the weights of a model (a policy, a reward model, ...) to safetensors bytes.
+pub fn weights_to_bytes<B: Backend, M: Module<B>>(model: &M) -> Result<Vec<u8>, String> {
     let mut store = SafetensorsStore::from_bytes(None);
     model.save_into(&mut store).map_err(|e| e.to_string())?;
     canonical_header(store.get_bytes().map_err(|e| e.to_string())?)
@@ -81,8 +82,8 @@ fn canonical_header(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
 
 /// Loads safetensors bytes into a model of the same architecture, refusing missing, unused or
 /// mis-shaped tensors.
-pub fn weights_from_bytes<B: Backend>(
-    model: &mut PolicyModel<B>,
+pub fn weights_from_bytes<B: Backend, M: Module<B>>(
+    model: &mut M,
     bytes: Vec<u8>,
     path: &Path,
 ) -> Result<(), CheckpointError> {

@@ -533,4 +533,8 @@ impl Env for PushT {
     fn elapsed_steps(&self) -> usize {
         self.state.steps
     }
+
+    fn scene(&self) -> Option<diffrl_core::scene::Scene2d> {
+        Some(crate::scene::scene(self))
+    }
 }

@@ -5,6 +5,7 @@
 //! - [`geometry`]: the T shape, keypoints and exact goal coverage.
 //! - [`physics`]: the Rapier world.
 //! - [`render`]: top-view images.
+//! - [`scene`]: the state as a 2-D scene for viewers (`Env::scene`).
 //! - [`expert`]: a sampling-based MPC (MPPI) expert that plans on cloned worlds.
 #![warn(missing_docs)]
 
@@ -13,6 +14,8 @@ pub mod expert;
 pub mod geometry;
 pub mod physics;
 pub mod render;
+pub mod scene;
+pub mod stages;
 
 pub use env::{
     MAX_EPISODE_STEPS, ObsMode, PushT, PushTBuilder, PushTConfig, Randomization, SUCCESS_THRESHOLD,

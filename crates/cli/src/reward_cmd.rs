@@ -1,0 +1,367 @@
+//! `diffrl reward train|eval`: the progress reward model on Push-T demonstrations, its held-out
+//! metrics, and the reward stack fine-tuning optimises (`[reward]` in the run config).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use diffrl_core::episode::Episode;
+use diffrl_core::lerobot::read_dataset;
+use diffrl_core::reward::{OutcomeReward, RewardModule};
+use diffrl_core::seeding::{derive, rng};
+use diffrl_core::vec_env::{AutoReset, VecEnv};
+use diffrl_learn::rollout::collect_groups;
+use diffrl_policy::checkpoint;
+use diffrl_pusht::PushT;
+use diffrl_pusht::stages::PushTStages;
+use diffrl_reward::labels::LabelKind;
+use diffrl_reward::metrics::RewardMetrics;
+use diffrl_reward::progress::{self, ProgressModel, held_out};
+use diffrl_reward::shaping::{ShapedReward, Shaping};
+
+use crate::config::{self, RunConfig};
+use crate::train::{bar, dataset_dir, env_spec};
+
+type Cpu = diffrl_policy::CpuBackend;
+
+/// `diffrl reward ...`.
+#[derive(Debug, Subcommand)]
+pub enum RewardCommand {
+    /// Train the progress model Phi(s) on a demonstration dataset; prints held-out metrics.
+    Train(TrainArgs),
+    /// Reward-model metrics (VOC, pairwise accuracy, success AUROC, monotonicity) on held-out
+    /// demonstrations and, optionally, rollouts of a policy.
+    Eval(EvalArgs),
+}
+
+/// Arguments of `diffrl reward train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Run config ([reward.progress], [env]); default: the embedded Push-T config.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// LeRobot dataset folder (default: [demos].dataset, else runs/<name>/demos).
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+    /// Output model folder (default: runs/<name>/reward/progress).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Label kind (default: [reward.progress].labels).
+    #[arg(long, value_parser = parse_labels)]
+    pub labels: Option<LabelKind>,
+    /// Optimiser steps (default: [reward.progress].steps).
+    #[arg(long)]
+    pub steps: Option<usize>,
+}
+
+/// Arguments of `diffrl reward eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Progress-model folder written by `diffrl reward train`.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Run config ([env], [demos]).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Dataset whose held-out episodes are scored (default: the run's dataset).
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+    /// Also score rollouts of this policy checkpoint (stochastic chains; mostly failures for
+    /// a BC policy, which is what pairwise accuracy needs).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Rollouts of --policy.
+    #[arg(long, default_value_t = 50)]
+    pub episodes: usize,
+    /// Seed of the rollouts.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Where the metrics JSON goes (default: <model>/../reward_eval.json).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn parse_labels(s: &str) -> Result<LabelKind, String> {
+    match s {
+        "stages" => Ok(LabelKind::Stages),
+        "time" => Ok(LabelKind::Time),
+        _ => Err(format!("unknown label kind {s:?}; available: stages, time")),
+    }
+}
+
+/// The reward stack of `[reward]`: the environment's outcome, with progress shaping of the
+/// step rewards when `[reward.shaping]` names a model.
+pub fn reward_module(cfg: &RunConfig) -> anyhow::Result<Box<dyn RewardModule>> {
+    let outcome = OutcomeReward {
+        outcome: cfg.reward.outcome,
+        success_bonus: cfg.reward.success_bonus,
+    };
+    let base: Box<dyn RewardModule> = match cfg.reward.srpo {
+        Some(srpo) => Box::new(diffrl_reward::process::SrpoReward::new(
+            Box::new(outcome),
+            srpo,
+        )?),
+        None => Box::new(outcome),
+    };
+    let Some(sh) = &cfg.reward.shaping else {
+        return Ok(base);
+    };
+    let model = load_model(&sh.model)?;
+    check_model_space(&model, cfg, &sh.model)?;
+    let shaped = ShapedReward::new(
+        base,
+        Arc::new(model),
+        Shaping {
+            gamma: sh.gamma,
+            kind: sh.kind,
+        },
+    )?;
+    Ok(Box::new(shaped))
+}
+
+fn load_model(dir: &Path) -> anyhow::Result<ProgressModel<Cpu>> {
+    progress::load::<Cpu>(dir, &Default::default())
+        .with_context(|| format!("loading the progress model {}", dir.display()))
+}
+
+/// A model trained for another observation space is refused before any rollout.
+fn check_model_space(
+    model: &ProgressModel<Cpu>,
+    cfg: &RunConfig,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let spec = env_spec(cfg)?;
+    if model.meta.state_dim != spec.state_dim {
+        bail!(
+            "the progress model {} reads states of {} values, but the configured environment \
+             observes {} ([env].obs = {:?}); train one for this observation space with \
+             `diffrl reward train`",
+            dir.display(),
+            model.meta.state_dim,
+            spec.state_dim,
+            cfg.env.obs
+        );
+    }
+    Ok(())
+}
+
+fn dataset_episodes(
+    cfg: &RunConfig,
+    arg: Option<&Path>,
+) -> anyhow::Result<(PathBuf, Vec<Episode>)> {
+    let dir = dataset_dir(cfg, arg);
+    let ds = read_dataset(&dir).with_context(|| {
+        format!(
+            "reading the dataset {} (record one with `diffrl demos pusht` or set [demos].dataset)",
+            dir.display()
+        )
+    })?;
+    let eps = ds
+        .episodes("observation.state")
+        .with_context(|| format!("reading the episodes of {}", dir.display()))?;
+    Ok((dir, eps))
+}
+
+pub(crate) fn print_metrics(
+    out: &mut dyn Write,
+    what: &str,
+    m: &RewardMetrics,
+) -> anyhow::Result<()> {
+    let opt = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+    writeln!(
+        out,
+        "{what}: VOC {:.3} over {} successful episodes; pairwise accuracy {} over {} pairs; \
+         success AUROC {}; monotonicity {:.3}; {} outputs clamped",
+        m.voc,
+        m.voc_trajectories,
+        opt(m.pairwise_accuracy),
+        m.pairs,
+        opt(m.success_auroc),
+        m.monotonicity,
+        m.clamped
+    )?;
+    Ok(())
+}
+
+/// Trains the progress model of `cfg` on `dataset` into `out`; returns its held-out metrics.
+pub fn train_progress(
+    cfg: &RunConfig,
+    dataset: Option<&Path>,
+    out_dir: &Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<RewardMetrics> {
+    let (dir, episodes) = dataset_episodes(cfg, dataset)?;
+    let pc = &cfg.reward.progress;
+    let stages = PushTStages::default();
+    writeln!(
+        out,
+        "reward: progress model on {} ({} episodes, every {}th held out), {:?} labels, {} steps",
+        dir.display(),
+        episodes.len(),
+        pc.holdout_every,
+        pc.labels,
+        pc.steps
+    )?;
+    let pb = bar(
+        pc.steps as u64,
+        "  reward [{bar:30}] {pos}/{len} loss {msg} {elapsed_precise} (eta {eta})",
+    );
+    let device = Default::default();
+    let prep = progress::prepare(&episodes, Some(&stages), pc)?;
+    let mut model = progress::train_prepared::<diffrl_policy::CpuAutodiff>(
+        &prep,
+        pc,
+        &device,
+        &mut |step, loss| {
+            pb.set_position(step as u64);
+            pb.set_message(format!("{loss:.4}"));
+        },
+    )?;
+    pb.finish_and_clear();
+    let held: Vec<&Episode> = episodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| held_out(*i, pc.holdout_every))
+        .map(|(_, e)| e)
+        .collect();
+    let metrics = progress::evaluate(&model, &held)?;
+    let train_refs: Vec<&Episode> = prep.episodes.iter().collect();
+    let hop = diffrl_reward::hop::train::<diffrl_policy::CpuAutodiff>(
+        &train_refs,
+        &prep.labels,
+        &prep.norm,
+        &pc.hidden,
+        pc.steps,
+        pc.batch_size,
+        pc.lr,
+        pc.seed ^ 0x40,
+        &device,
+    )?;
+    let fused = progress::evaluate_fused(&model, &hop, &held)?;
+    print_metrics(out, "held-out, fused with the hop model", &fused)?;
+    model.meta.info["held_out_fused"] = serde_json::to_value(&fused)?;
+    model.meta.info["dataset"] = serde_json::json!(dir.display().to_string());
+    model.meta.info["held_out"] = serde_json::to_value(&metrics)?;
+    progress::save(&model, out_dir)?;
+    print_metrics(out, "held-out", &metrics)?;
+    writeln!(out, "wrote {}", out_dir.display())?;
+    Ok(metrics)
+}
+
+/// Rollouts of a policy checkpoint on the configured environment (stochastic chains).
+fn policy_rollouts(
+    cfg: &RunConfig,
+    policy_dir: &Path,
+    episodes: usize,
+    seed: u64,
+) -> anyhow::Result<Vec<Episode>> {
+    let device = Default::default();
+    let (policy, _) = checkpoint::load::<Cpu>(policy_dir, &device)
+        .with_context(|| format!("loading the policy {}", policy_dir.display()))?;
+    crate::train::check_spec(
+        &policy.spec,
+        &env_spec(cfg)?,
+        &format!("the policy {}", policy_dir.display()),
+    )?;
+    let mut out = Vec::with_capacity(episodes);
+    let pb = bar(
+        episodes as u64,
+        "  rollouts [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})",
+    );
+    let mut round = 0u64;
+    while out.len() < episodes {
+        let n = (episodes - out.len()).min(cfg.eval.envs.max(1));
+        let worlds = (0..n)
+            .map(|_| PushT::builder().config(cfg.env.clone()).build())
+            .collect();
+        let mut venv = VecEnv::new(worlds, AutoReset::SameStep, cfg.run.threads);
+        let mut r = rng(derive(seed, round));
+        let (rollouts, _) = collect_groups(
+            &mut venv,
+            &policy,
+            None,
+            n,
+            1,
+            derive(seed, 1000 + round),
+            &mut r,
+            &device,
+        )?;
+        out.extend(rollouts.into_iter().map(|g| g.episode));
+        pb.set_position(out.len() as u64);
+        round += 1;
+    }
+    pb.finish_and_clear();
+    Ok(out)
+}
+
+/// Runs `diffrl reward ...`.
+pub fn run(cmd: &RewardCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    match cmd {
+        RewardCommand::Train(a) => {
+            let (mut cfg, _) = config::load(a.config.as_deref())?;
+            if let Some(l) = a.labels {
+                cfg.reward.progress.labels = l;
+            }
+            if let Some(s) = a.steps {
+                anyhow::ensure!(s >= 1, "--steps must be at least 1");
+                cfg.reward.progress.steps = s;
+            }
+            let out_dir = a
+                .out
+                .clone()
+                .unwrap_or_else(|| cfg.run.runs_dir.join(&cfg.run.name).join("reward/progress"));
+            train_progress(&cfg, a.dataset.as_deref(), &out_dir, out)?;
+            Ok(())
+        }
+        RewardCommand::Eval(a) => {
+            let (cfg, _) = config::load(a.config.as_deref())?;
+            let model = load_model(&a.model)?;
+            check_model_space(&model, &cfg, &a.model)?;
+            let (_, episodes) = dataset_episodes(&cfg, a.dataset.as_deref())?;
+            let every = model.meta.config.holdout_every;
+            let mut scored: Vec<Episode> = episodes
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| held_out(*i, every))
+                .map(|(_, e)| e)
+                .collect();
+            let demos = scored.len();
+            if let Some(p) = &a.policy {
+                scored.extend(policy_rollouts(&cfg, p, a.episodes, a.seed)?);
+            }
+            let refs: Vec<&Episode> = scored.iter().collect();
+            let metrics = progress::evaluate(&model, &refs)?;
+            print_metrics(
+                out,
+                &format!(
+                    "{demos} held-out demos{}",
+                    if a.policy.is_some() {
+                        format!(" + {} policy rollouts", scored.len() - demos)
+                    } else {
+                        String::new()
+                    }
+                ),
+                &metrics,
+            )?;
+            let path = a.out.clone().unwrap_or_else(|| {
+                a.model.parent().map_or_else(
+                    || PathBuf::from("reward_eval.json"),
+                    |p| p.join("reward_eval.json"),
+                )
+            });
+            let doc = serde_json::json!({
+                "model": a.model.display().to_string(),
+                "held_out_demos": demos,
+                "policy": a.policy.as_ref().map(|p| p.display().to_string()),
+                "policy_rollouts": scored.len() - demos,
+                "metrics": metrics,
+            });
+            diffrl_core::fs::write_atomic(&path, &serde_json::to_vec_pretty(&doc)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+            writeln!(out, "wrote {}", path.display())?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! `diffrl reward train|eval` and progress shaping in `diffrl grpo`, through the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn diffrl(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_diffrl"))
+        .args(args)
+        .output()
+        .expect("the diffrl binary runs");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn shipped() -> String {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    dir.join("../../assets/pusht_expert_200")
+        .display()
+        .to_string()
+}
+
+fn config(dir: &Path, name: &str, extra: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(
+        &p,
+        format!(
+            "[run]\nname = \"t\"\nruns_dir = \"{}\"\nthreads = 1\n\
+             [env]\nmax_episode_steps = 16\n{extra}\
+             [policy]\npred_horizon = 4\naction_horizon = 2\n\
+             [policy.denoiser]\nhidden = 16\nblocks = 1\n\
+             [policy.diffusion]\ntrain_steps = 8\ndenoising_steps = 4\n\
+             [pretrain]\nsteps = 20\nbatch_size = 16\nwarmup_steps = 2\nlog_every = 10\neval_every = 0\ncheckpoint_every = 20\n\
+             [eval]\nepisodes = 2\nenvs = 2\n\
+             [grpo]\niterations = 1\ngroups = 2\ngroup_size = 2\nepochs = 1\nminibatch = 64\n\
+             [grpo.advantage]\nestimator = \"process\"\n\
+             [reward.progress]\nsteps = 30\nhidden = [16]\nbatch_size = 32\n",
+            dir.join("runs").display()
+        ),
+    )
+    .unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn train_eval_and_shape_grpo_with_a_progress_model() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "c.toml", "");
+    let model = d.path().join("progress").display().to_string();
+    let text = diffrl(&[
+        "reward",
+        "train",
+        "--config",
+        &cfg,
+        "--dataset",
+        &shipped(),
+        "--out",
+        &model,
+    ])
+    .unwrap();
+    assert!(
+        text.contains("VOC") && text.contains("pairwise accuracy"),
+        "{text}"
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(Path::new(&model).join("reward.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["kind"], "progress");
+    assert_eq!(meta["state_dim"], 5);
+    assert!(meta["info"]["held_out"]["voc"].is_number());
+    let bc = d.path().join("bc").display().to_string();
+    diffrl(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &shipped(),
+        "--out",
+        &bc,
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    let policy = format!("{bc}/policy");
+    let out = d.path().join("eval.json").display().to_string();
+    let text = diffrl(&[
+        "reward",
+        "eval",
+        "--model",
+        &model,
+        "--config",
+        &cfg,
+        "--dataset",
+        &shipped(),
+        "--policy",
+        &policy,
+        "--episodes",
+        "4",
+        "--out",
+        &out,
+    ])
+    .unwrap();
+    assert!(text.contains("+ 4 policy rollouts"), "{text}");
+    let ev: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(ev["policy_rollouts"], 4);
+    // GRPO with potential-based shaping from that model.
+    let shaped = config(d.path(), "shaped.toml", "");
+    let text = std::fs::read_to_string(&shaped).unwrap()
+        + &format!("[reward.shaping]\nmodel = \"{model}\"\ngamma = 0.99\n");
+    std::fs::write(&shaped, text).unwrap();
+    let out = diffrl(&[
+        "grpo",
+        "--config",
+        &shaped,
+        "--policy",
+        &policy,
+        "--out",
+        &d.path().join("grpo").display().to_string(),
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    assert!(out.contains("shaped(progress, gamma 0.99)"), "{out}");
+    // SRPO outcomes under the same shaping.
+    let srpo = config(d.path(), "srpo.toml", "");
+    let text = std::fs::read_to_string(&srpo).unwrap()
+        + &format!("[reward.shaping]\nmodel = \"{model}\"\n[reward.srpo]\nlength_scale = 40.0\n");
+    std::fs::write(&srpo, text).unwrap();
+    let out = diffrl(&[
+        "grpo",
+        "--config",
+        &srpo,
+        "--policy",
+        &policy,
+        "--out",
+        &d.path().join("grpo-srpo").display().to_string(),
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    assert!(out.contains("score+srpo+shaped"), "{out}");
+}
+
+#[test]
+fn bad_reward_settings_are_refused_with_their_cause() {
+    let d = tempfile::tempdir().unwrap();
+    // A model folder that is not one.
+    let cfg = config(d.path(), "c.toml", "");
+    let e = diffrl(&[
+        "reward",
+        "eval",
+        "--model",
+        "/nonexistent/progress",
+        "--config",
+        &cfg,
+    ])
+    .unwrap_err();
+    assert!(
+        e.contains("reward.json") && e.contains("diffrl reward train"),
+        "{e}"
+    );
+    // A model trained on 5-d states used with keypoint observations (18-d).
+    let model = d.path().join("progress").display().to_string();
+    diffrl(&[
+        "reward",
+        "train",
+        "--config",
+        &cfg,
+        "--dataset",
+        &shipped(),
+        "--out",
+        &model,
+        "--steps",
+        "5",
+    ])
+    .unwrap();
+    let kp = config(d.path(), "kp.toml", "obs = \"keypoints\"\n");
+    let e = diffrl(&["reward", "eval", "--model", &model, "--config", &kp]).unwrap_err();
+    assert!(
+        e.contains("reads states of 5 values") && e.contains("18"),
+        "{e}"
+    );
+    // Budgets that do not sum to 1; a gamma out of range.
+    let bad = config(d.path(), "b.toml", "");
+    let text = std::fs::read_to_string(&bad).unwrap() + "stage_budgets = [0.9, 0.9, 0.9]\n";
+    std::fs::write(&bad, text).unwrap();
+    let e = diffrl(&[
+        "reward",
+        "train",
+        "--config",
+        &bad,
+        "--dataset",
+        &shipped(),
+        "--out",
+        &model,
+    ])
+    .unwrap_err();
+    assert!(e.contains("stage_budgets"), "{e}");
+    let g = config(d.path(), "g.toml", "");
+    let text =
+        std::fs::read_to_string(&g).unwrap() + "[reward.shaping]\nmodel = \"x\"\ngamma = 1.5\n";
+    std::fs::write(&g, text).unwrap();
+    let e = diffrl(&["reward", "train", "--config", &g, "--dataset", &shipped()]).unwrap_err();
+    assert!(e.contains("reward.shaping.gamma"), "{e}");
+}

@@ -1,0 +1,214 @@
+//! What simulators and learners record for a viewer, behind one small trait so training code
+//! never depends on a viewer. `diffrl-viz` implements [`Recorder`] with Rerun; [`NoRecorder`]
+//! records nothing and costs nothing.
+//!
+//! Callers check [`Recorder::enabled`] before building anything they would only build for the
+//! recorder (a [`Scene2d`], a de-normalised chain), so an off recorder allocates nothing per
+//! step. Every method has a no-op default; a recorder never fails the caller (sink errors are
+//! the recorder's to report).
+//!
+//! Time: a recorder keeps one clock per [`Timeline`]. Scenes, policy calls and episode ends are
+//! stamped with the current `env_step` (and `train_step` when set); series carry their own steps.
+
+use crate::scene::Scene2d;
+
+/// The timelines a recording is indexed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timeline {
+    /// Recorded environment steps, monotonic over the whole recording (episodes follow each
+    /// other on it).
+    EnvStep,
+    /// Optimiser steps (behaviour cloning) or iterations (GRPO / PPO).
+    TrainStep,
+    /// Denoising step k of a chain (K = pure noise, 0 = the action chunk).
+    DenoiseStep,
+}
+
+impl Timeline {
+    /// The timeline's name in the recording.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::EnvStep => "env_step",
+            Self::TrainStep => "train_step",
+            Self::DenoiseStep => "denoise_step",
+        }
+    }
+}
+
+/// Topics training scalars are grouped by (one plot each in the default layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Topic {
+    /// Losses (behaviour cloning, surrogate, critic).
+    Loss,
+    /// KL divergences (to the behaviour policy, to the reference policy).
+    Kl,
+    /// Ratio clipping.
+    Clip,
+    /// Success rates (rollouts, evaluations).
+    Success,
+    /// Rewards and scores of rollouts.
+    Reward,
+    /// Learning rates.
+    Lr,
+    /// Gradient norms.
+    Grad,
+    /// Throughput (steps per second).
+    Speed,
+}
+
+impl Topic {
+    /// Every topic, in the order of the default layout.
+    pub const ALL: [Topic; 8] = [
+        Self::Loss,
+        Self::Kl,
+        Self::Clip,
+        Self::Success,
+        Self::Reward,
+        Self::Lr,
+        Self::Grad,
+        Self::Speed,
+    ];
+
+    /// The topic's path segment (`train/<topic>/<name>`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Loss => "loss",
+            Self::Kl => "kl",
+            Self::Clip => "clip",
+            Self::Success => "success",
+            Self::Reward => "reward",
+            Self::Lr => "lr",
+            Self::Grad => "grad",
+            Self::Speed => "speed",
+        }
+    }
+}
+
+/// Per-environment-step quantities of a recorded rollout (`rewards/<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StepSeries {
+    /// The environment's reward.
+    Reward,
+    /// A progress estimate Phi(s) of the state after the step.
+    Progress,
+    /// The shaped per-step reward a learner optimises.
+    Shaped,
+    /// The advantage credited to the step.
+    Advantage,
+}
+
+impl StepSeries {
+    /// The series' path segment.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Reward => "reward",
+            Self::Progress => "progress",
+            Self::Shaped => "shaped",
+            Self::Advantage => "advantage",
+        }
+    }
+}
+
+/// Severity of a text log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Normal progress.
+    Info,
+    /// Something worth a look (a failed episode).
+    Warn,
+    /// Something went wrong.
+    Error,
+}
+
+/// One policy call for the recorded environment, in environment units.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyCall<'a> {
+    /// Width of one action (Da).
+    pub action_dim: usize,
+    /// The predicted chunk, `[Tp, Da]` row-major.
+    pub predicted: &'a [f32],
+    /// How many of its actions are executed (Ta).
+    pub executed: usize,
+    /// The denoising chain x_K..x_0, `[K + 1, Tp, Da]`, or empty when not sampled.
+    pub chain: &'a [f32],
+    /// log pi(x_{k-1} | x_k, s) for k = K..1, `[K]`, or empty.
+    pub logp: &'a [f32],
+}
+
+/// The end of an evaluation (or rollout) episode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpisodeEnd {
+    /// Environment that played it.
+    pub env: usize,
+    /// Its index in that environment's episode stream.
+    pub episode: u64,
+    /// Whether the task succeeded.
+    pub success: bool,
+    /// Highest score reached.
+    pub max_score: f32,
+    /// Sum of rewards.
+    pub total_reward: f32,
+    /// Steps taken.
+    pub length: usize,
+}
+
+/// Where recordable data goes. The methods take `&self` so one recorder can be shared by the
+/// learner, its hooks and the evaluation loop; implementations synchronise internally.
+pub trait Recorder: Send + Sync {
+    /// Whether anything is recorded. Callers skip building recording-only data when false.
+    fn enabled(&self) -> bool {
+        false
+    }
+    /// Sets `timeline`'s clock.
+    fn set_time(&self, _timeline: Timeline, _value: i64) {}
+    /// Advances `timeline`'s clock by one and returns the new value.
+    fn tick(&self, _timeline: Timeline) -> i64 {
+        0
+    }
+    /// The recorded environment's scene at the current `env_step`.
+    fn scene(&self, _scene: &Scene2d) {}
+    /// A policy call of the recorded environment: executed and predicted chunks, the chain.
+    fn policy_call(&self, _call: &PolicyCall<'_>) {}
+    /// Values of consecutive environment steps `first_env_step, first_env_step + 1, ...`.
+    fn step_series(&self, _series: StepSeries, _first_env_step: i64, _values: &[f64]) {}
+    /// Outcomes of one update's rollouts, `group_size` consecutive ones per group, at the
+    /// current `train_step`.
+    fn group_stats(&self, _outcomes: &[f64], _group_size: usize) {}
+    /// Training scalars at `step` of the `train_step` timeline: `(topic, name, value)`.
+    fn train_scalars(&self, _step: i64, _values: &[(Topic, &str, f64)]) {}
+    /// An episode ended (logged as text at the current `env_step`).
+    fn episode_end(&self, _end: &EpisodeEnd) {}
+    /// A line of text under `path`.
+    fn text(&self, _path: &str, _level: Level, _text: &str) {}
+    /// A Markdown document under `path` (replaces the previous one).
+    fn document(&self, _path: &str, _markdown: &str) {}
+    /// A bar chart under `path`, one bar per value.
+    fn bar_chart(&self, _path: &str, _values: &[f64]) {}
+    /// Sends everything buffered so far.
+    fn flush(&self) {}
+}
+
+/// Records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoRecorder;
+
+impl Recorder for NoRecorder {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_recorder_is_off_and_accepts_everything() {
+        let r = NoRecorder;
+        assert!(!r.enabled());
+        r.set_time(Timeline::EnvStep, 3);
+        assert_eq!(r.tick(Timeline::EnvStep), 0);
+        r.scene(&Scene2d::default());
+        r.train_scalars(1, &[(Topic::Loss, "bc", 0.5)]);
+        r.flush();
+        let names: Vec<_> = Topic::ALL.iter().map(|t| t.name()).collect();
+        assert_eq!(names.len(), 8);
+        assert_eq!(Timeline::DenoiseStep.name(), "denoise_step");
+    }
+}

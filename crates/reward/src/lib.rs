@@ -1,0 +1,21 @@
+//! Progress and process reward models (ALGORITHMS.md §4) that plug into the GRPO learner
+//! through core's `RewardModule`:
+//!
+//! - [`labels`]: time-normalised and stage-budget progress labels.
+//! - [`progress`]: the progress model Phi(s) in [0, 1] (Burn), its training and checkpoints.
+//! - [`hop`]: the pairwise hop model H(s_p, s_q) and fused progress.
+//! - [`shaping`]: policy-invariant shaping r + gamma Phi(s') - Phi(s) (and the non-invariant
+//!   ablation).
+//! - [`process`]: SRPO-style self-referential rewards for failed rollouts (within a group).
+//! - [`metrics`]: VOC, pairwise accuracy, success AUROC, monotonicity.
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod hop;
+pub mod labels;
+pub mod metrics;
+pub mod process;
+pub mod progress;
+pub mod shaping;
+
+pub use error::RewardError;

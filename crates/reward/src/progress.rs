@@ -1,0 +1,583 @@
+//! The progress reward model Phi(s) in [0, 1]: an MLP on the normalised state with a sigmoid
+//! head, trained by regression on progress labels ([`crate::labels`]); its checkpoints; and the
+//! metrics of ALGORITHMS.md §4 on held-out episodes.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use burn::module::{AutodiffModule, Module};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+use diffrl_core::episode::Episode;
+use diffrl_core::normalize::{Normalizer, RunningStats};
+use diffrl_core::seeding::rng;
+use diffrl_core::space::Observation;
+use diffrl_core::stages::StagePredicates;
+use diffrl_policy::config::Activation;
+use diffrl_policy::nn::Mlp;
+use diffrl_policy::seeded_init;
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+
+use crate::error::RewardError;
+use crate::labels::{LabelKind, stage_labels, time_labels};
+use crate::metrics::{RewardMetrics, auroc, monotonicity, pairwise_accuracy, voc};
+use crate::shaping::ProgressFn;
+
+/// Weights file of a reward-model folder.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// Metadata file of a reward-model folder.
+pub const META_FILE: &str = "reward.json";
+
+/// Progress-model settings (`[reward.progress]` in a run config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProgressConfig {
+    /// Label kind: "stages" (stage budgets, failed episodes capped) or "time" (t / T on
+    /// successful episodes).
+    pub labels: LabelKind,
+    /// Budget per stage (sums to 1); empty = equal budgets.
+    pub stage_budgets: Vec<f64>,
+    /// Hidden widths of the MLP.
+    pub hidden: Vec<usize>,
+    /// Optimiser steps.
+    pub steps: usize,
+    /// States per step.
+    pub batch_size: usize,
+    /// AdamW learning rate.
+    pub lr: f64,
+    /// AdamW weight decay.
+    pub weight_decay: f64,
+    /// Every `holdout_every`-th episode (index % n == n - 1) is held out for the metrics
+    /// (0 = none).
+    pub holdout_every: usize,
+    /// Seed of initialisation and batches.
+    pub seed: u64,
+}
+
+impl Default for ProgressConfig {
+    fn default() -> Self {
+        Self {
+            labels: LabelKind::Stages,
+            stage_budgets: Vec::new(),
+            hidden: vec![256, 256],
+            steps: 3000,
+            batch_size: 256,
+            lr: 1e-3,
+            weight_decay: 1e-4,
+            holdout_every: 10,
+            seed: 0,
+        }
+    }
+}
+
+impl ProgressConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), RewardError> {
+        let bad = |f: &str, m: &str| Err(RewardError::config(&format!("progress.{f}"), m));
+        if self.hidden.contains(&0) {
+            return bad("hidden", "widths must be at least 1");
+        }
+        if self.steps == 0 || self.batch_size == 0 {
+            return bad("steps", "steps and batch_size must be at least 1");
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad("lr", "must be > 0");
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return bad("weight_decay", "must be >= 0");
+        }
+        if self.holdout_every == 1 {
+            return bad("holdout_every", "1 would hold out every episode (0 = none)");
+        }
+        Ok(())
+    }
+}
+
+/// MLP with a sigmoid head.
+#[derive(Module, Debug)]
+pub struct ProgressNet<B: Backend> {
+    mlp: Mlp<B>,
+}
+
+impl<B: Backend> ProgressNet<B> {
+    fn new(state_dim: usize, hidden: &[usize], device: &B::Device) -> Self {
+        let mut widths = vec![state_dim];
+        widths.extend(hidden);
+        widths.push(1);
+        Self {
+            mlp: Mlp::new(&widths, Activation::Mish, device),
+        }
+    }
+
+    /// [B, D] normalised states -> [B] progress in (0, 1).
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 1> {
+        let b = x.dims()[0];
+        burn::tensor::activation::sigmoid(self.mlp.forward(x)).reshape([b])
+    }
+}
+
+/// Everything a reward-model folder holds besides the weights.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressMeta {
+    /// Always "progress".
+    pub kind: String,
+    /// Width of the state observations it was trained on.
+    pub state_dim: usize,
+    /// State normaliser (from the training states).
+    pub norm: Normalizer,
+    /// Settings used.
+    pub config: ProgressConfig,
+    /// Stage names when stage labels were used.
+    #[serde(default)]
+    pub stages: Vec<String>,
+    /// Training facts and held-out metrics.
+    #[serde(default)]
+    pub info: serde_json::Value,
+}
+
+/// A trained progress model on the CPU, usable from several threads.
+pub struct ProgressModel<B: Backend> {
+    net: Mutex<ProgressNet<B>>,
+    device: B::Device,
+    /// Metadata (normaliser, dimensions, settings).
+    pub meta: ProgressMeta,
+    clamped: std::sync::atomic::AtomicUsize,
+}
+
+impl<B: Backend> ProgressModel<B> {
+    /// Phi of a batch of state vectors; non-finite outputs are errors naming the batch index,
+    /// values outside [0, 1] are clamped and counted.
+    pub fn predict(&self, states: &[&[f32]]) -> Result<Vec<f64>, RewardError> {
+        let d = self.meta.state_dim;
+        let mut flat = Vec::with_capacity(states.len() * d);
+        for (i, s) in states.iter().enumerate() {
+            if s.len() != d {
+                return Err(RewardError::Shape {
+                    what: format!("state {i} of the batch"),
+                    expected: format!("{d} values (the observation space it was trained on)"),
+                    got: format!("{} values", s.len()),
+                });
+            }
+            let mut row = s.to_vec();
+            self.meta.norm.normalize(&mut row);
+            flat.extend(row);
+        }
+        if states.is_empty() {
+            return Ok(Vec::new());
+        }
+        let x = Tensor::<B, 2>::from_data(TensorData::new(flat, [states.len(), d]), &self.device);
+        let out = {
+            let net = self.net.lock().unwrap_or_else(|p| p.into_inner());
+            net.forward(x)
+        };
+        let v: Vec<f32> = out
+            .into_data()
+            .convert::<f32>()
+            .into_vec()
+            .map_err(|e| RewardError::Data(format!("reading progress back: {e:?}")))?;
+        let mut clamped = 0;
+        let out = v
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| {
+                if !p.is_finite() {
+                    return Err(RewardError::NonFinite {
+                        what: "progress".into(),
+                        index: i,
+                        value: p,
+                    });
+                }
+                if !(0.0..=1.0).contains(&p) {
+                    clamped += 1;
+                }
+                Ok(f64::from(p.clamp(0.0, 1.0)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.clamped
+            .fetch_add(clamped, std::sync::atomic::Ordering::Relaxed);
+        Ok(out)
+    }
+
+    /// Predictions outside [0, 1] clamped so far.
+    pub fn clamped(&self) -> usize {
+        self.clamped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Phi along an episode: its observations, then the final observation when recorded.
+    pub fn episode_progress(&self, ep: &Episode) -> Result<Vec<f64>, RewardError> {
+        let mut states: Vec<&[f32]> = ep.observations.iter().map(|o| o.state.as_slice()).collect();
+        if let Some(f) = &ep.final_observation {
+            states.push(&f.state);
+        }
+        self.predict(&states)
+    }
+}
+
+impl<B: Backend> ProgressFn for ProgressModel<B>
+where
+    B::Device: Send + Sync,
+    ProgressNet<B>: Send,
+{
+    fn name(&self) -> String {
+        "progress".into()
+    }
+
+    fn progress(&self, obs: &[&Observation]) -> Result<Vec<f64>, RewardError> {
+        let states: Vec<&[f32]> = obs.iter().map(|o| o.state.as_slice()).collect();
+        self.predict(&states)
+    }
+}
+
+/// Progress labels of every training episode (None = episode not used).
+pub fn episode_labels(
+    episodes: &[Episode],
+    kind: LabelKind,
+    stages: Option<&dyn StagePredicates>,
+    budgets: &[f64],
+    scale: &[f32],
+) -> Result<Vec<Option<Vec<f32>>>, RewardError> {
+    episodes
+        .iter()
+        .map(|ep| {
+            let states: Vec<Vec<f32>> = ep.observations.iter().map(|o| o.state.clone()).collect();
+            match kind {
+                LabelKind::Time => Ok(ep.success().then(|| time_labels(states.len()))),
+                LabelKind::Stages => {
+                    let st = stages.ok_or_else(|| {
+                        RewardError::config(
+                            "progress.labels",
+                            "\"stages\" needs an environment with stage predicates",
+                        )
+                    })?;
+                    stage_labels(st, budgets, &states, scale, ep.success()).map(Some)
+                }
+            }
+        })
+        .collect()
+}
+
+/// Whether episode `i` is held out.
+pub fn held_out(i: usize, every: usize) -> bool {
+    every > 1 && i % every == every - 1
+}
+
+/// Normaliser, distance scale, budgets and labels of the training episodes.
+pub struct Prepared {
+    /// Width of the state.
+    pub state_dim: usize,
+    /// Min-max normaliser of the training states.
+    pub norm: Normalizer,
+    /// Per-component range (divides state changes for stage labels).
+    pub scale: Vec<f32>,
+    /// Stage budgets used.
+    pub budgets: Vec<f64>,
+    /// Stage names.
+    pub names: Vec<String>,
+    /// The training episodes (held-out ones removed).
+    pub episodes: Vec<Episode>,
+    /// Labels per training episode (None = not used).
+    pub labels: Vec<Option<Vec<f32>>>,
+}
+
+/// Splits off the held-out episodes, checks the states and labels the rest.
+pub fn prepare(
+    episodes: &[Episode],
+    stages: Option<&dyn StagePredicates>,
+    cfg: &ProgressConfig,
+) -> Result<Prepared, RewardError> {
+    cfg.validate()?;
+    let state_dim = episodes
+        .iter()
+        .flat_map(|e| e.observations.first())
+        .map(|o| o.state.len())
+        .next()
+        .ok_or_else(|| RewardError::Data("no episodes with observations".into()))?;
+    if state_dim == 0 {
+        return Err(RewardError::Data(
+            "the episodes have no state observations (progress models read states)".into(),
+        ));
+    }
+    let train_eps: Vec<Episode> = episodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !held_out(*i, cfg.holdout_every))
+        .map(|(_, e)| e.clone())
+        .collect();
+    let mut stats = RunningStats::new(state_dim);
+    for ep in &train_eps {
+        for (t, o) in ep.observations.iter().enumerate() {
+            if o.state.len() != state_dim {
+                return Err(RewardError::Shape {
+                    what: format!("observation {t} of an episode"),
+                    expected: format!("{state_dim} state values"),
+                    got: format!("{}", o.state.len()),
+                });
+            }
+            if let Some(i) = o.state.iter().position(|v| !v.is_finite()) {
+                return Err(RewardError::Data(format!(
+                    "observation {t} of an episode has a non-finite value at component {i}"
+                )));
+            }
+            stats.push(&o.state);
+        }
+    }
+    let norm = Normalizer::min_max(&stats);
+    let scale: Vec<f32> = stats
+        .min
+        .iter()
+        .zip(&stats.max)
+        .map(|(lo, hi)| ((hi - lo) as f32).max(1e-6))
+        .collect();
+    let names = stages.map(|s| s.names()).unwrap_or_default();
+    let budgets = if cfg.stage_budgets.is_empty() && !names.is_empty() {
+        vec![1.0 / names.len() as f64; names.len()]
+    } else {
+        cfg.stage_budgets.clone()
+    };
+    let labels = episode_labels(&train_eps, cfg.labels, stages, &budgets, &scale)?;
+    Ok(Prepared {
+        state_dim,
+        norm,
+        scale,
+        budgets,
+        names,
+        episodes: train_eps,
+        labels,
+    })
+}
+
+/// Trains a progress model on `episodes`; `progress(step, loss)` is called every 100 steps.
+pub fn train<B: AutodiffBackend>(
+    episodes: &[Episode],
+    stages: Option<&dyn StagePredicates>,
+    cfg: &ProgressConfig,
+    device: &B::Device,
+    progress: &mut dyn FnMut(usize, f64),
+) -> Result<ProgressModel<B::InnerBackend>, RewardError> {
+    let prep = prepare(episodes, stages, cfg)?;
+    train_prepared::<B>(&prep, cfg, device, progress)
+}
+
+/// [`train`] on prepared data.
+pub fn train_prepared<B: AutodiffBackend>(
+    prep: &Prepared,
+    cfg: &ProgressConfig,
+    device: &B::Device,
+    progress: &mut dyn FnMut(usize, f64),
+) -> Result<ProgressModel<B::InnerBackend>, RewardError> {
+    let (state_dim, norm, owned, labels) =
+        (prep.state_dim, &prep.norm, &prep.episodes, &prep.labels);
+    let mut xs: Vec<Vec<f32>> = Vec::new();
+    let mut ys: Vec<f32> = Vec::new();
+    let mut used = 0;
+    for (ep, l) in owned.iter().zip(labels) {
+        let Some(l) = l else { continue };
+        used += 1;
+        for (o, &y) in ep.observations.iter().zip(l) {
+            let mut row = o.state.clone();
+            norm.normalize(&mut row);
+            xs.push(row);
+            ys.push(y);
+        }
+    }
+    if xs.is_empty() {
+        return Err(RewardError::Data(format!(
+            "no labelled states: {} training episodes, none usable with {:?} labels (time labels \
+             need successful episodes)",
+            owned.len(),
+            cfg.labels
+        )));
+    }
+    let mut net: ProgressNet<B> = seeded_init::<B, _>(device, cfg.seed, || {
+        ProgressNet::new(state_dim, &cfg.hidden, device)
+    });
+    let mut optim = AdamWConfig::new()
+        .with_weight_decay(cfg.weight_decay as f32)
+        .init::<B, ProgressNet<B>>();
+    let mut r = rng(cfg.seed ^ 0x9E37);
+    let mut loss_sum = 0.0;
+    let mut last_loss = f64::NAN;
+    for step in 0..cfg.steps {
+        let bsz = cfg.batch_size.min(xs.len());
+        let idx: Vec<usize> = (0..bsz).map(|_| r.random_range(0..xs.len())).collect();
+        let x: Vec<f32> = idx.iter().flat_map(|&i| xs[i].iter().copied()).collect();
+        let y: Vec<f32> = idx.iter().map(|&i| ys[i]).collect();
+        let x = Tensor::<B, 2>::from_data(TensorData::new(x, [bsz, state_dim]), device);
+        let y = Tensor::<B, 1>::from_data(TensorData::new(y, [bsz]), device);
+        let loss = (net.forward(x) - y).square().mean();
+        let lv: f64 = loss.clone().into_scalar().elem();
+        if !lv.is_finite() {
+            return Err(RewardError::Data(format!(
+                "the progress loss became {lv} at step {step}; lower progress.lr"
+            )));
+        }
+        loss_sum += lv;
+        let grads = GradientsParams::from_grads(loss.backward(), &net);
+        net = optim.step(cfg.lr, net, grads);
+        if (step + 1) % 100 == 0 || step + 1 == cfg.steps {
+            last_loss = loss_sum / f64::from(((step % 100) + 1) as u32);
+            progress(step + 1, last_loss);
+            loss_sum = 0.0;
+        }
+    }
+    let info = serde_json::json!({
+        "train_episodes": owned.len(),
+        "labelled_episodes": used,
+        "train_states": xs.len(),
+        "final_loss": last_loss,
+        "stage_budgets": prep.budgets,
+    });
+    let meta = ProgressMeta {
+        kind: "progress".into(),
+        state_dim,
+        norm: norm.clone(),
+        config: cfg.clone(),
+        stages: prep.names.clone(),
+        info,
+    };
+    Ok(ProgressModel {
+        net: Mutex::new(net.valid()),
+        device: device.clone(),
+        meta,
+        clamped: Default::default(),
+    })
+}
+
+use burn::tensor::ElementConversion as _;
+
+/// Writes the model folder (`model.safetensors` + `reward.json`) atomically.
+pub fn save<B: Backend>(model: &ProgressModel<B>, dir: &Path) -> Result<(), RewardError> {
+    let net = model.net.lock().unwrap_or_else(|p| p.into_inner());
+    let weights = diffrl_policy::checkpoint::weights_to_bytes(&*net).map_err(|message| {
+        RewardError::Checkpoint {
+            path: dir.to_path_buf(),
+            message,
+        }
+    })?;
+    let meta = serde_json::to_vec_pretty(&model.meta).map_err(|e| RewardError::Checkpoint {
+        path: dir.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    diffrl_policy::checkpoint::write_dir_atomic(
+        dir,
+        &[(WEIGHTS_FILE, &weights), (META_FILE, &meta)],
+    )
+    .map_err(|e| RewardError::Checkpoint {
+        path: dir.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// Loads a model folder written by [`save`].
+pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<ProgressModel<B>, RewardError> {
+    let ck = |path: &Path, message: String| RewardError::Checkpoint {
+        path: path.to_path_buf(),
+        message,
+    };
+    let meta_path = dir.join(META_FILE);
+    let text = std::fs::read_to_string(&meta_path).map_err(|e| {
+        ck(
+            &meta_path,
+            format!("{e} (a reward-model folder holds {META_FILE} and {WEIGHTS_FILE}; train one with `diffrl reward train`)"),
+        )
+    })?;
+    let meta: ProgressMeta =
+        serde_json::from_str(&text).map_err(|e| ck(&meta_path, format!("invalid JSON: {e}")))?;
+    if meta.kind != "progress" {
+        return Err(ck(
+            &meta_path,
+            format!("a {:?} model, not a progress model", meta.kind),
+        ));
+    }
+    if meta.norm.dim() != meta.state_dim {
+        return Err(ck(&meta_path, "normaliser and state_dim disagree".into()));
+    }
+    let w_path = dir.join(WEIGHTS_FILE);
+    let bytes = std::fs::read(&w_path).map_err(|e| ck(&w_path, e.to_string()))?;
+    let mut net = ProgressNet::<B>::new(meta.state_dim, &meta.config.hidden, device);
+    diffrl_policy::checkpoint::weights_from_bytes(&mut net, bytes, &w_path)
+        .map_err(|e| ck(&w_path, e.to_string()))?;
+    Ok(ProgressModel {
+        net: Mutex::new(net),
+        device: device.clone(),
+        meta,
+        clamped: Default::default(),
+    })
+}
+
+/// Held-out metrics: VOC and monotonicity over successful episodes; pairwise accuracy over
+/// (success, failure) pairs of equal length (the failure cut to the success's length, final
+/// progress compared); AUROC of final progress as a success detector.
+pub fn evaluate<B: Backend>(
+    model: &ProgressModel<B>,
+    episodes: &[&Episode],
+) -> Result<RewardMetrics, RewardError> {
+    let before = model.clamped();
+    let mut m = metrics_of(episodes, &mut |ep| model.episode_progress(ep))?;
+    m.clamped = model.clamped() - before;
+    Ok(m)
+}
+
+/// The same metrics for fused progress (progress model for Phi(s_0), hop model for the rest).
+pub fn evaluate_fused<B: Backend>(
+    model: &ProgressModel<B>,
+    hop: &crate::hop::HopModel<B>,
+    episodes: &[&Episode],
+) -> Result<RewardMetrics, RewardError> {
+    metrics_of(episodes, &mut |ep| {
+        let mut states: Vec<&[f32]> = ep.observations.iter().map(|o| o.state.as_slice()).collect();
+        if let Some(f) = &ep.final_observation {
+            states.push(&f.state);
+        }
+        let phi0 = model.predict(&states[..1.min(states.len())])?;
+        Ok(hop
+            .fuse(&states, phi0.first().copied().unwrap_or(0.0))?
+            .fused)
+    })
+}
+
+fn metrics_of(
+    episodes: &[&Episode],
+    progress_of: &mut dyn FnMut(&Episode) -> Result<Vec<f64>, RewardError>,
+) -> Result<RewardMetrics, RewardError> {
+    let mut succ = Vec::new();
+    let mut fail = Vec::new();
+    for ep in episodes {
+        if ep.observations.is_empty() {
+            continue;
+        }
+        let p = progress_of(ep)?;
+        if ep.success() {
+            succ.push(p);
+        } else {
+            fail.push(p);
+        }
+    }
+    let mut pairs = Vec::new();
+    for s in &succ {
+        let l = s.len();
+        for f in &fail {
+            if f.len() >= l {
+                pairs.push((s[l - 1], f[l - 1]));
+            }
+        }
+    }
+    let finals: Vec<f64> = succ.iter().chain(&fail).map(|p| p[p.len() - 1]).collect();
+    let labels: Vec<bool> = succ
+        .iter()
+        .map(|_| true)
+        .chain(fail.iter().map(|_| false))
+        .collect();
+    Ok(RewardMetrics {
+        voc: voc(&succ),
+        voc_trajectories: succ.len(),
+        pairwise_accuracy: pairwise_accuracy(&pairs),
+        pairs: pairs.len(),
+        success_auroc: auroc(&finals, &labels),
+        monotonicity: monotonicity(&succ, 0.01),
+        clamped: 0,
+    })
+}

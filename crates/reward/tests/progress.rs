@@ -1,0 +1,154 @@
+//! The progress model end to end on a synthetic task: states move from a random start towards
+//! a goal; successful episodes reach it. Learns progress that orders time (VOC), separates
+//! successes from failures, round-trips through its folder, and names bad input.
+
+use diffrl_core::episode::Episode;
+use diffrl_core::seeding::rng;
+use diffrl_core::space::Observation;
+use diffrl_core::stages::StagePredicates;
+use diffrl_policy::{CpuAutodiff, CpuBackend};
+use diffrl_reward::RewardError;
+use diffrl_reward::labels::LabelKind;
+use diffrl_reward::progress::{self, ProgressConfig};
+use rand::Rng;
+
+/// Stage 1: x > 0.5; stage 2: x > 0.9 (the goal).
+struct Line;
+impl StagePredicates for Line {
+    fn names(&self) -> Vec<String> {
+        vec!["halfway".into(), "goal".into()]
+    }
+    fn completed(&self, s: &[f32]) -> usize {
+        usize::from(s[0] > 0.5) + usize::from(s[0] > 0.9)
+    }
+}
+
+fn episodes(n: usize, seed: u64) -> Vec<Episode> {
+    let mut r = rng(seed);
+    (0..n)
+        .map(|i| {
+            let success = i % 3 != 0;
+            let start: f32 = r.random_range(0.0..0.2);
+            let end: f32 = if success {
+                0.95
+            } else {
+                r.random_range(0.3..0.6)
+            };
+            let len = r.random_range(20..40);
+            let mut ep = Episode::default();
+            for t in 0..len {
+                let x = start + (end - start) * t as f32 / (len - 1) as f32;
+                let y: f32 = r.random_range(-1.0..1.0);
+                ep.push(
+                    Observation::state(vec![x, y]),
+                    vec![0.0],
+                    0.0,
+                    x,
+                    success && t + 1 == len,
+                );
+            }
+            ep
+        })
+        .collect()
+}
+
+fn cfg(labels: LabelKind) -> ProgressConfig {
+    ProgressConfig {
+        labels,
+        hidden: vec![32, 32],
+        steps: 400,
+        batch_size: 64,
+        lr: 3e-3,
+        ..ProgressConfig::default()
+    }
+}
+
+#[test]
+fn learns_progress_that_orders_time_and_outcomes() {
+    let eps = episodes(60, 1);
+    for labels in [LabelKind::Stages, LabelKind::Time] {
+        let model = progress::train::<CpuAutodiff>(
+            &eps,
+            Some(&Line),
+            &cfg(labels),
+            &Default::default(),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let test = episodes(30, 2);
+        let refs: Vec<&Episode> = test.iter().collect();
+        let m = progress::evaluate(&model, &refs).unwrap();
+        assert!(m.voc > 0.9, "{labels:?}: {m:?}");
+        assert!(m.success_auroc.unwrap() > 0.9, "{labels:?}: {m:?}");
+        assert!(m.pairwise_accuracy.unwrap() > 0.9, "{labels:?}: {m:?}");
+    }
+}
+
+#[test]
+fn save_load_round_trip_and_bad_input() {
+    let eps = episodes(20, 3);
+    let model = progress::train::<CpuAutodiff>(
+        &eps,
+        Some(&Line),
+        &ProgressConfig {
+            steps: 20,
+            ..cfg(LabelKind::Stages)
+        },
+        &Default::default(),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let d = tempfile_dir();
+    progress::save(&model, &d).unwrap();
+    let back = progress::load::<CpuBackend>(&d, &Default::default()).unwrap();
+    let s: [&[f32]; 2] = [&[0.1, 0.2], &[0.8, -0.3]];
+    assert_eq!(model.predict(&s).unwrap(), back.predict(&s).unwrap());
+    // Another observation space.
+    match back.predict(&[&[0.1, 0.2, 0.3]]) {
+        Err(RewardError::Shape { expected, .. }) => assert!(expected.contains("2 values")),
+        other => panic!("{other:?}"),
+    }
+    // A NaN input gives a NaN output: an error naming the batch element.
+    match back.predict(&[&[0.1, 0.2], &[f32::NAN, 0.0]]) {
+        Err(RewardError::NonFinite { index, .. }) => assert_eq!(index, 1),
+        other => panic!("{other:?}"),
+    }
+    // Not a reward-model folder; a corrupt one.
+    let e = progress::load::<CpuBackend>(&d.join("nope"), &Default::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("reward.json") && e.contains("diffrl reward train"),
+        "{e}"
+    );
+    std::fs::write(d.join("reward.json"), "{").unwrap();
+    let e = progress::load::<CpuBackend>(&d, &Default::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("invalid JSON"), "{e}");
+    // Bad settings.
+    let bad = ProgressConfig {
+        stage_budgets: vec![0.9, 0.9],
+        ..cfg(LabelKind::Stages)
+    };
+    let e = progress::train::<CpuAutodiff>(
+        &eps,
+        Some(&Line),
+        &bad,
+        &Default::default(),
+        &mut |_, _| {},
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("stage_budgets"), "{e}");
+    std::fs::remove_dir_all(&d).ok();
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("diffrl-reward-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join("model")
+}

@@ -1,0 +1,99 @@
+//! The default viewer layout, sent with every recording (the Rust SDK of Rerun 0.36 builds and
+//! sends blueprints itself; a saved .rrd carries it first, so `rerun FILE.rrd` opens in it).
+//!
+//! ```text
+//! +--------------------+-----------------------------------------------+
+//! | scene | pixels     | training | rollouts | episodes | robustness   |
+//! |  (2-D top view)    |  one time series per topic (loss, kl, clip,  |
+//! +--------------------+  success, reward, lr, grad, speed), on       |
+//! | denoising chain    |  train_step                                   |
+//! |  x_K..x_0 by k     |                                               |
+//! +--------------------+-----------------------------------------------+
+//! ```
+
+use diffrl_core::record::{Timeline, Topic};
+use rerun::blueprint::components::PanelState;
+use rerun::blueprint::{
+    BarChartView, Blueprint, BlueprintPanel, ContainerLike, Grid, Horizontal, SelectionPanel,
+    Spatial2DView, Tabs, TextDocumentView, TextLogView, TimePanel, TimeSeriesView, Vertical,
+};
+
+use crate::paths;
+
+fn root(p: &str) -> String {
+    format!("/{p}")
+}
+
+/// The layout described in the module docs, its time panel on `timeline` (training commands
+/// open on `train_step`, where the loss curves are; evaluations on `env_step`). Plots of the
+/// other timeline stay empty until it is selected in the time panel.
+pub fn default_blueprint(timeline: Timeline) -> Blueprint {
+    let scene = Tabs::new([
+        ContainerLike::from(Spatial2DView::new("scene").with_origin(root(paths::SCENE))),
+        Spatial2DView::new("pixels")
+            .with_origin(root(paths::PIXELS))
+            .into(),
+    ]);
+    let chain = Spatial2DView::new("denoising chain (x_K blue .. x_0 red)")
+        .with_origin(root(paths::CHAIN))
+        .with_contents([format!("/{}/**", paths::CHAIN_X)]);
+    let left = Vertical::new([scene.into(), chain.into()]);
+
+    let topics: Vec<ContainerLike> = Topic::ALL
+        .iter()
+        .map(|t| {
+            TimeSeriesView::new(t.name())
+                .with_origin(format!("/{}/{}", paths::TRAIN, t.name()))
+                .into()
+        })
+        .collect();
+    let training = Grid::new(topics).with_name("training");
+    let rollouts = Vertical::new([
+        TimeSeriesView::new("per-step rewards and advantages")
+            .with_origin(root(paths::REWARDS))
+            .into(),
+        TimeSeriesView::new("chain log-probs (denoise_step)")
+            .with_origin(root(paths::CHAIN_LOGP))
+            .into(),
+        TimeSeriesView::new("groups")
+            .with_origin(root(paths::GROUPS))
+            .into(),
+    ])
+    .with_name("rollouts");
+    let episodes = Vertical::new([
+        TextLogView::new("episodes")
+            .with_origin(root(paths::EVAL))
+            .into(),
+        TextLogView::new("log")
+            .with_origin(root(paths::RUN_LOG))
+            .into(),
+    ])
+    .with_name("episodes");
+    let robustness = Horizontal::new([
+        TextDocumentView::new("robustness table")
+            .with_origin(root(paths::ROBUSTNESS_TABLE))
+            .into(),
+        Vertical::new([
+            BarChartView::new("success rate per setting")
+                .with_origin(root(paths::ROBUSTNESS_SUCCESS))
+                .into(),
+            BarChartView::new("mean max score per setting")
+                .with_origin(root(paths::ROBUSTNESS_SCORE))
+                .into(),
+        ])
+        .into(),
+    ])
+    .with_name("robustness");
+    let right = Tabs::new([
+        training.into(),
+        rollouts.into(),
+        episodes.into(),
+        robustness.into(),
+    ]);
+    Blueprint::new(Horizontal::new([left.into(), right.into()]).with_column_shares([0.4, 0.6]))
+        .with_auto_views(false)
+        // The views get the room; both side panels open with a click.
+        .with_blueprint_panel(BlueprintPanel::new().with_state(PanelState::Collapsed))
+        .with_selection_panel(SelectionPanel::new().with_state(PanelState::Collapsed))
+        .with_time_panel(TimePanel::new().with_timeline(timeline.name()))
+}

@@ -1,0 +1,665 @@
+//! [`RerunRecorder`]: core's [`Recorder`] on a Rerun recording stream.
+//!
+//! Scenes, policy calls, group statistics and text go out as they come (Rerun batches them on
+//! its own thread). Scalar series (training scalars on `train_step`, per-step rollout series on
+//! `env_step`, chain log-probs on `denoise_step`) are buffered per entity and sent as columns
+//! with `send_columns`, every 512 rows or 2 seconds and on [`Recorder::flush`]. Scene shapes that did not change since they were
+//! last logged (walls, goal) are not logged again.
+//!
+//! A sink error never reaches the caller: the first one is printed as a warning, later ones
+//! are dropped. Dropping the recorder flushes it; the stream finalises the file (its footer)
+//! when the last handle goes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use diffrl_core::record::{EpisodeEnd, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic};
+use diffrl_core::scene::{Rgba, Scene2d, Shape2d};
+use rerun::{
+    BarChart, Boxes2D, Color, Image, LineStrips2D, MediaType, Points2D, RecordingStream,
+    RecordingStreamBuilder, Scalars, TextDocument, TextLog, TextLogLevel, TimeColumn,
+};
+
+use crate::blueprint::default_blueprint;
+use crate::guarded::GuardedGrpcSink;
+use crate::sink::RerunSink;
+use crate::{VizError, paths};
+
+/// The application id recordings are grouped under in the viewer.
+pub const APP_ID: &str = "diffrl";
+
+/// Buffered scalar rows (all entities) before they are sent.
+const FLUSH_ROWS: usize = 512;
+/// Longest time scalars wait in the buffer (a live viewer should not lag more).
+const FLUSH_EVERY: Duration = Duration::from_secs(2);
+
+/// One buffered scalar series: its values and, per timeline, their times.
+struct Column {
+    timelines: Vec<&'static str>,
+    times: Vec<Vec<i64>>,
+    values: Vec<f64>,
+}
+
+/// How the scene's frame maps to the viewer's (y down).
+#[derive(Clone, Copy)]
+struct Frame {
+    y_down: bool,
+    y_sum: f32,
+}
+
+impl Frame {
+    fn map(self, [x, y]: [f32; 2]) -> [f32; 2] {
+        if self.y_down {
+            [x, y]
+        } else {
+            [x, self.y_sum - y]
+        }
+    }
+}
+
+struct State {
+    env_step: Option<i64>,
+    train_step: Option<i64>,
+    columns: HashMap<String, Column>,
+    buffered: usize,
+    last_flush: Instant,
+    frame: Frame,
+    /// Last logged shape per scene item (unchanged shapes are not logged again).
+    shapes: HashMap<&'static str, Shape2d>,
+    bounds: Option<[[f32; 2]; 2]>,
+}
+
+/// What kind of sink the stream writes to (for warnings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SinkKind {
+    File,
+    Network,
+    Memory,
+}
+
+/// Records into a Rerun stream. Cheap to share by reference; every method takes `&self`.
+pub struct RerunRecorder {
+    rec: RecordingStream,
+    state: Mutex<State>,
+    kind: SinkKind,
+    description: String,
+    warned: AtomicBool,
+    finished: AtomicBool,
+}
+
+fn color(c: Rgba) -> Color {
+    Color::from_unmultiplied_rgba(c[0], c[1], c[2], c[3])
+}
+
+/// x_K (noise) in blue through x_0 (the action chunk) in red.
+fn chain_color(k: usize, big_k: usize) -> Color {
+    let t = if big_k == 0 {
+        0.0
+    } else {
+        k as f32 / big_k as f32
+    };
+    let lerp = |a: f32, b: f32| (a + (b - a) * t).round() as u8;
+    Color::from_unmultiplied_rgba(lerp(220.0, 70.0), lerp(50.0, 130.0), lerp(40.0, 230.0), 255)
+}
+
+fn level(l: Level) -> TextLogLevel {
+    match l {
+        Level::Info => TextLogLevel::from(TextLogLevel::INFO),
+        Level::Warn => TextLogLevel::from(TextLogLevel::WARN),
+        Level::Error => TextLogLevel::from(TextLogLevel::ERROR),
+    }
+}
+
+impl RerunRecorder {
+    /// Opens `sink` (None for [`RerunSink::Off`]). Fails before anything is recorded when the
+    /// sink cannot work: an unwritable save path, a port already in use, no viewer binary.
+    /// `name` labels the recording in the viewer (e.g. `diffrl pretrain`); the viewer opens on
+    /// `timeline`.
+    pub fn open(
+        sink: &RerunSink,
+        name: &str,
+        timeline: Timeline,
+    ) -> Result<Option<Self>, VizError> {
+        let builder = || {
+            RecordingStreamBuilder::new(APP_ID)
+                .recording_name(name)
+                .enabled(true)
+                .with_blueprint(default_blueprint(timeline))
+        };
+        let (rec, kind) = match sink {
+            RerunSink::Off => return Ok(None),
+            RerunSink::Save(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|source| VizError::Save {
+                        path: path.clone(),
+                        message: source.to_string(),
+                    })?;
+                }
+                let rec = builder().save(path).map_err(|e| VizError::Save {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+                (rec, SinkKind::File)
+            }
+            RerunSink::Connect(url) => (Self::guarded(builder(), url)?, SinkKind::Network),
+            RerunSink::Spawn => {
+                let info = rerun::spawn(&rerun::SpawnOptions::default())
+                    .map_err(crate::view::spawn_error)?;
+                // Give the viewer time to bind (Rerun's own wait panics in debug builds when
+                // it does not); if it never does, the sink warns and training goes on.
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], info.port));
+                let t0 = std::time::Instant::now();
+                while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+                    .is_err()
+                    && t0.elapsed() < Duration::from_secs(10)
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                let url = format!("rerun+http://127.0.0.1:{}/proxy", info.port);
+                (Self::guarded(builder(), &url)?, SinkKind::Network)
+            }
+            RerunSink::Serve { bind, port } => {
+                // Rerun binds on its own thread and only logs a failure: check first.
+                std::net::TcpListener::bind((*bind, *port)).map_err(|e| VizError::Serve {
+                    addr: format!("{bind}:{port}"),
+                    message: e.to_string(),
+                })?;
+                let opts = rerun::ServerOptions {
+                    memory_limit: rerun::MemoryLimit::from_fraction_of_total(0.25),
+                    ..Default::default()
+                };
+                let rec = builder()
+                    .serve_grpc_opts(bind.to_string(), *port, opts)
+                    .map_err(|e| VizError::Serve {
+                        addr: format!("{bind}:{port}"),
+                        message: e.to_string(),
+                    })?;
+                (rec, SinkKind::Network)
+            }
+        };
+        Ok(Some(Self::wrap(rec, kind, sink.to_string())))
+    }
+
+    /// A recorder into memory, for tests: the stream's messages are read back from the storage.
+    pub fn memory() -> Result<(Self, rerun::sink::MemorySinkStorage), VizError> {
+        let (rec, storage) = RecordingStreamBuilder::new(APP_ID)
+            .enabled(true)
+            .with_blueprint(default_blueprint(Timeline::EnvStep))
+            .memory()
+            .map_err(|e| VizError::Rerun(e.to_string()))?;
+        Ok((Self::wrap(rec, SinkKind::Memory, "memory".into()), storage))
+    }
+
+    fn guarded(builder: RecordingStreamBuilder, url: &str) -> Result<RecordingStream, VizError> {
+        let sink = GuardedGrpcSink::new(url).map_err(VizError::Connect)?;
+        let (_, store_info, properties, batcher, hooks, blueprint) = builder.into_args();
+        let rec = RecordingStream::new(store_info, properties, batcher, hooks, Box::new(sink))
+            .map_err(|e| VizError::Rerun(e.to_string()))?;
+        if let Some(bp) = blueprint {
+            bp.send(&rec).map_err(|e| VizError::Rerun(e.to_string()))?;
+        }
+        Ok(rec)
+    }
+
+    fn wrap(rec: RecordingStream, kind: SinkKind, description: String) -> Self {
+        // log_time stays (wall clock of live runs); log_tick would only add a column per row.
+        rec.set_log_tick_enabled(false);
+        Self {
+            rec,
+            state: Mutex::new(State {
+                env_step: None,
+                train_step: None,
+                columns: HashMap::new(),
+                buffered: 0,
+                last_flush: Instant::now(),
+                frame: Frame {
+                    y_down: true,
+                    y_sum: 0.0,
+                },
+                shapes: HashMap::new(),
+                bounds: None,
+            }),
+            kind,
+            description,
+            warned: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    /// The sink, as the `--rerun` value that opened it.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn warn(&self, what: &str, e: &dyn std::fmt::Display) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "warning: rerun ({}): {what}: {e}; training continues (further recording \
+                 errors are not shown)",
+                self.description
+            );
+        }
+    }
+
+    fn check<T, E: std::fmt::Display>(&self, what: &str, r: Result<T, E>) {
+        if let Err(e) = r {
+            self.warn(what, &e);
+        }
+    }
+
+    /// Sets this thread's Rerun time to the recorder's clocks on `timelines` (and clears the
+    /// others), since Rerun's time is per thread while the recorder may be called from several.
+    fn stamp(&self, st: &State, timelines: &[Timeline]) {
+        for (tl, v) in [
+            (Timeline::EnvStep, st.env_step),
+            (Timeline::TrainStep, st.train_step),
+        ] {
+            match v.filter(|_| timelines.contains(&tl)) {
+                Some(v) => self.rec.set_time_sequence(tl.name(), v),
+                None => self.rec.disable_timeline(tl.name()),
+            }
+        }
+    }
+
+    /// Buffers scalar rows of `path`: `values[i]` at `times[j].1[i]` on each timeline `j`.
+    fn push_rows(
+        &self,
+        st: &mut State,
+        path: &str,
+        times: Vec<(&'static str, Vec<i64>)>,
+        values: &[f64],
+    ) {
+        let names: Vec<&'static str> = times.iter().map(|t| t.0).collect();
+        if let Some(col) = st.columns.get_mut(path)
+            && col.timelines != names
+        {
+            // Another set of timelines (e.g. train_step appeared): send what was there first.
+            let old = std::mem::replace(
+                col,
+                Column {
+                    timelines: names.clone(),
+                    times: vec![Vec::new(); names.len()],
+                    values: Vec::new(),
+                },
+            );
+            self.send_column(path, old);
+        }
+        let col = st
+            .columns
+            .entry(path.to_string())
+            .or_insert_with(|| Column {
+                timelines: names.clone(),
+                times: vec![Vec::new(); names.len()],
+                values: Vec::new(),
+            });
+        for (dst, (_, src)) in col.times.iter_mut().zip(times) {
+            dst.extend(src);
+        }
+        col.values.extend_from_slice(values);
+        st.buffered += values.len();
+        if st.buffered >= FLUSH_ROWS || st.last_flush.elapsed() >= FLUSH_EVERY {
+            self.send_columns(st);
+        }
+    }
+
+    fn send_column(&self, path: &str, col: Column) {
+        if col.values.is_empty() {
+            return;
+        }
+        let times: Vec<TimeColumn> = col
+            .timelines
+            .iter()
+            .zip(col.times)
+            .map(|(tl, t)| TimeColumn::new_sequence(*tl, t))
+            .collect();
+        match Scalars::new(col.values).columns_of_unit_batches() {
+            Ok(cols) => self.check("sending scalars", self.rec.send_columns(path, times, cols)),
+            Err(e) => self.warn("serialising scalars", &e),
+        }
+    }
+
+    fn send_columns(&self, st: &mut State) {
+        for (path, col) in &mut st.columns {
+            let taken = Column {
+                timelines: col.timelines.clone(),
+                times: col.times.iter_mut().map(std::mem::take).collect(),
+                values: std::mem::take(&mut col.values),
+            };
+            self.send_column(path, taken);
+        }
+        st.buffered = 0;
+        st.last_flush = Instant::now();
+    }
+
+    fn strip(&self, frame: Frame, points: &[[f32; 2]], close: bool) -> Vec<[f32; 2]> {
+        let mut v: Vec<[f32; 2]> = points.iter().map(|&p| frame.map(p)).collect();
+        if close && let Some(&first) = v.first() {
+            v.push(first);
+        }
+        v
+    }
+
+    fn log_shape(&self, path: &str, frame: Frame, shape: &Shape2d) {
+        let r = match shape {
+            Shape2d::Polygon {
+                points,
+                color: c,
+                filled,
+            } => self.rec.log(
+                path,
+                &LineStrips2D::new([self.strip(frame, points, true)])
+                    .with_colors([color(*c)])
+                    // Rerun has no filled 2-D polygon: solid bodies get a heavier outline.
+                    .with_radii([if *filled { 2.5f32 } else { 1.0 }]),
+            ),
+            Shape2d::Circle {
+                center,
+                radius,
+                color: c,
+            } => self.rec.log(
+                path,
+                &Points2D::new([frame.map(*center)])
+                    .with_radii([*radius])
+                    .with_colors([color(*c)]),
+            ),
+            Shape2d::LineStrip { points, color: c } => self.rec.log(
+                path,
+                &LineStrips2D::new([self.strip(frame, points, false)])
+                    .with_colors([color(*c)])
+                    .with_radii([1.0f32]),
+            ),
+        };
+        self.check("logging the scene", r);
+    }
+
+    /// A result (document, chart): at the current `train_step` during training, else static so
+    /// it shows on every timeline.
+    fn log_result(&self, path: &str, what: &dyn rerun::AsComponents, context: &str) {
+        let st = self.lock();
+        let r = if st.train_step.is_some() {
+            self.stamp(&st, &[Timeline::TrainStep]);
+            self.rec.log(path, what)
+        } else {
+            self.rec.log_static(path, what)
+        };
+        self.check(context, r);
+    }
+
+    /// Flushes buffered scalars and finalises file sinks (writes the .rrd footer), e.g. on
+    /// Ctrl-C before the process exits. Later calls do nothing; logging after it is lost.
+    pub fn finish(&self) {
+        if self.finished.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        {
+            let mut st = self.lock();
+            self.send_columns(&mut st);
+        }
+        if self.kind == SinkKind::Network {
+            // Gives a connected viewer the tail; a missing one has been warned about.
+            let _ = self.rec.flush_with_timeout(Duration::from_secs(2));
+        }
+        self.rec.finalize_deferred_sinks();
+    }
+}
+
+impl Drop for RerunRecorder {
+    fn drop(&mut self) {
+        let mut st = self.lock();
+        self.send_columns(&mut st);
+    }
+}
+
+impl Recorder for RerunRecorder {
+    fn enabled(&self) -> bool {
+        !self.finished.load(Ordering::Relaxed)
+    }
+
+    fn set_time(&self, timeline: Timeline, value: i64) {
+        let mut st = self.lock();
+        match timeline {
+            Timeline::EnvStep => st.env_step = Some(value),
+            Timeline::TrainStep => st.train_step = Some(value),
+            Timeline::DenoiseStep => {}
+        }
+    }
+
+    fn tick(&self, timeline: Timeline) -> i64 {
+        let mut st = self.lock();
+        let slot = match timeline {
+            Timeline::EnvStep => &mut st.env_step,
+            Timeline::TrainStep => &mut st.train_step,
+            Timeline::DenoiseStep => return 0,
+        };
+        let v = slot.map_or(0, |v| v + 1);
+        *slot = Some(v);
+        v
+    }
+
+    fn scene(&self, scene: &Scene2d) {
+        let mut st = self.lock();
+        let [[_, y0], [_, y1]] = scene.bounds;
+        st.frame = Frame {
+            y_down: scene.y_down,
+            y_sum: y0 + y1,
+        };
+        let frame = st.frame;
+        self.stamp(&st, &[Timeline::EnvStep, Timeline::TrainStep]);
+        if st.bounds != Some(scene.bounds) {
+            st.bounds = Some(scene.bounds);
+            let [[x0, y0], [x1, y1]] = scene.bounds;
+            let r = self.rec.log(
+                paths::SCENE_BOUNDS,
+                &Boxes2D::from_mins_and_sizes([[x0, y0.min(y1)]], [[x1 - x0, (y1 - y0).abs()]])
+                    .with_colors([Color::from_unmultiplied_rgba(200, 200, 200, 60)]),
+            );
+            self.check("logging the scene", r);
+        }
+        for item in &scene.items {
+            if st.shapes.get(item.name) == Some(&item.shape) {
+                continue;
+            }
+            self.log_shape(
+                &format!("{}/{}", paths::SCENE, item.name),
+                frame,
+                &item.shape,
+            );
+            st.shapes.insert(item.name, item.shape.clone());
+        }
+        if let Some(img) = &scene.image {
+            let r = self.rec.log(
+                paths::PIXELS,
+                &Image::from_rgb24(img.data.clone(), [img.width, img.height]),
+            );
+            self.check("logging the camera image", r);
+        }
+    }
+
+    fn policy_call(&self, call: &PolicyCall<'_>) {
+        let da = call.action_dim.max(1);
+        let mut st = self.lock();
+        let frame = st.frame;
+        self.stamp(&st, &[Timeline::EnvStep, Timeline::TrainStep]);
+        // Actions draw as points from their first two components (1-D actions: index, value).
+        let points = |rows: &[f32]| -> Vec<[f32; 2]> {
+            rows.chunks(da)
+                .enumerate()
+                .map(|(i, a)| {
+                    frame.map(if da >= 2 {
+                        [a[0], a[1]]
+                    } else {
+                        [i as f32, a[0]]
+                    })
+                })
+                .collect()
+        };
+        let predicted = points(call.predicted);
+        let executed: Vec<[f32; 2]> = predicted.iter().take(call.executed).copied().collect();
+        self.check(
+            "logging actions",
+            self.rec.log(
+                paths::ACTIONS_PREDICTED,
+                &LineStrips2D::new([predicted])
+                    .with_colors([Color::from_unmultiplied_rgba(255, 165, 0, 255)])
+                    .with_radii([1.5f32]),
+            ),
+        );
+        self.check(
+            "logging actions",
+            self.rec.log(
+                paths::ACTIONS_EXECUTED,
+                &LineStrips2D::new([executed])
+                    .with_colors([Color::from_unmultiplied_rgba(220, 20, 60, 255)])
+                    .with_radii([3.0f32]),
+            ),
+        );
+        let per = call.predicted.len();
+        if per == 0 || call.chain.is_empty() {
+            return;
+        }
+        let k = call.chain.len() / per - 1;
+        // Row i of the chain is x_{K - i}.
+        let strips: Vec<Vec<[f32; 2]>> = call.chain.chunks(per).map(points).collect();
+        let colors: Vec<Color> = (0..=k).map(|i| chain_color(k - i, k)).collect();
+        let radii: Vec<f32> = (0..=k).map(|i| if i == k { 2.0 } else { 0.75 }).collect();
+        self.check(
+            "logging the denoising chain",
+            self.rec.log(
+                paths::CHAIN_X,
+                &LineStrips2D::new(strips)
+                    .with_colors(colors)
+                    .with_radii(radii),
+            ),
+        );
+        if call.logp.is_empty() {
+            return;
+        }
+        let n = call.logp.len();
+        // logp[i] is log pi(x_{K-i-1} | x_{K-i}): it sits at denoise_step k = K - i.
+        let mut times = vec![(
+            Timeline::DenoiseStep.name(),
+            (0..n).map(|i| (n - i) as i64).collect(),
+        )];
+        for (tl, v) in [
+            (Timeline::EnvStep, st.env_step),
+            (Timeline::TrainStep, st.train_step),
+        ] {
+            if let Some(v) = v {
+                times.push((tl.name(), vec![v; n]));
+            }
+        }
+        let values: Vec<f64> = call.logp.iter().map(|&v| f64::from(v)).collect();
+        self.push_rows(&mut st, paths::CHAIN_LOGP, times, &values);
+    }
+
+    fn step_series(&self, series: StepSeries, first_env_step: i64, values: &[f64]) {
+        if values.is_empty() {
+            return;
+        }
+        let mut st = self.lock();
+        let path = format!("{}/{}", paths::REWARDS, series.name());
+        let times = (first_env_step..first_env_step + values.len() as i64).collect();
+        self.push_rows(
+            &mut st,
+            &path,
+            vec![(Timeline::EnvStep.name(), times)],
+            values,
+        );
+    }
+
+    fn group_stats(&self, outcomes: &[f64], group_size: usize) {
+        if outcomes.is_empty() || group_size == 0 {
+            return;
+        }
+        let (mut means, mut stds) = (Vec::new(), Vec::new());
+        let mut zero = 0usize;
+        for g in outcomes.chunks(group_size) {
+            let m = g.iter().sum::<f64>() / g.len() as f64;
+            let v = g.iter().map(|r| (r - m).powi(2)).sum::<f64>() / g.len() as f64;
+            means.push(m);
+            stds.push(v.sqrt());
+            zero += usize::from(g.iter().all(|&r| r == g[0]));
+        }
+        let groups = means.len();
+        let st = self.lock();
+        self.stamp(&st, &[Timeline::TrainStep]);
+        for (path, v) in [(paths::GROUPS_MEAN, means), (paths::GROUPS_STD, stds)] {
+            self.check(
+                "logging group statistics",
+                self.rec.log(path, &Scalars::new(v)),
+            );
+        }
+        self.check(
+            "logging group statistics",
+            self.rec.log(
+                paths::GROUPS_ZERO_VAR,
+                &Scalars::new([zero as f64 / groups as f64]),
+            ),
+        );
+    }
+
+    fn train_scalars(&self, step: i64, values: &[(Topic, &str, f64)]) {
+        let mut st = self.lock();
+        for &(topic, name, v) in values {
+            let path = format!("{}/{}/{name}", paths::TRAIN, topic.name());
+            self.push_rows(
+                &mut st,
+                &path,
+                vec![(Timeline::TrainStep.name(), vec![step])],
+                &[v],
+            );
+        }
+    }
+
+    fn episode_end(&self, e: &EpisodeEnd) {
+        let text = format!(
+            "env {} episode {}: {} (max score {:.3}, return {:.2}, {} steps)",
+            e.env,
+            e.episode,
+            if e.success { "success" } else { "failure" },
+            e.max_score,
+            e.total_reward,
+            e.length
+        );
+        let lvl = if e.success { Level::Info } else { Level::Warn };
+        self.text(paths::EVAL_EPISODES, lvl, &text);
+    }
+
+    fn text(&self, path: &str, lvl: Level, text: &str) {
+        let st = self.lock();
+        self.stamp(&st, &[Timeline::EnvStep, Timeline::TrainStep]);
+        self.check(
+            "logging text",
+            self.rec
+                .log(path, &TextLog::new(text).with_level(level(lvl))),
+        );
+    }
+
+    fn document(&self, path: &str, markdown: &str) {
+        let doc = TextDocument::new(markdown).with_media_type(MediaType::markdown());
+        self.log_result(path, &doc, "logging a document");
+    }
+
+    fn bar_chart(&self, path: &str, values: &[f64]) {
+        self.log_result(path, &BarChart::new(values.to_vec()), "logging a bar chart");
+    }
+
+    fn flush(&self) {
+        let mut st = self.lock();
+        self.send_columns(&mut st);
+        drop(st);
+        if self.kind == SinkKind::File {
+            // Surfaces write errors (full disk) once; the data itself is already queued.
+            self.check(
+                "writing the recording",
+                self.rec.flush_with_timeout(Duration::from_secs(10)),
+            );
+        }
+    }
+}
