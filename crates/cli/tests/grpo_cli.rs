@@ -2,31 +2,11 @@
 //! ends with the weights of an uninterrupted run; bad settings are refused with their cause.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_diffrl"))
-}
-
-/// Runs the binary; Ok(stdout) on success, Err(stderr) on failure.
-fn diffrl(args: &[&str]) -> Result<String, String> {
-    let out = bin().args(args).output().expect("the diffrl binary runs");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-fn shipped() -> String {
-    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    dir.join("../../assets/pusht_expert_200")
-        .display()
-        .to_string()
-}
+mod common;
+use common::*;
 
 /// A tiny config: short episodes, a small policy, small groups.
 fn config(dir: &Path, name: &str, extra: &str) -> String {

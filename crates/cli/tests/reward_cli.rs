@@ -1,28 +1,9 @@
 //! `diffrl reward train|eval` and progress shaping in `diffrl grpo`, through the real binary.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-fn diffrl(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_diffrl"))
-        .args(args)
-        .output()
-        .expect("the diffrl binary runs");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-fn shipped() -> String {
-    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    dir.join("../../assets/pusht_expert_200")
-        .display()
-        .to_string()
-}
+mod common;
+use common::*;
 
 fn config(dir: &Path, name: &str, extra: &str) -> String {
     let p = dir.join(name);

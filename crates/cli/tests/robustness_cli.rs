@@ -3,27 +3,9 @@
 //! a bad sweep file is refused with its cause before anything is written.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// Runs the binary; Ok(stdout) on success, Err(stderr) on failure.
-fn diffrl(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_diffrl"))
-        .args(args)
-        .output()
-        .expect("the diffrl binary runs");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-fn shipped() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../assets/pusht_expert_200")
-        .display()
-        .to_string()
-}
+mod common;
+use common::*;
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);

@@ -3,30 +3,11 @@
 //! not load keeps the server from starting.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_diffrl"))
-}
-
-fn diffrl(args: &[&str]) -> Result<String, String> {
-    let out = bin().args(args).output().expect("the diffrl binary runs");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-fn shipped() -> String {
-    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    dir.join("../../assets/pusht_expert_200")
-        .display()
-        .to_string()
-}
+mod common;
+use common::*;
 
 fn tiny(dir: &Path) -> (String, String) {
     let cfg = dir.join("c.toml");
