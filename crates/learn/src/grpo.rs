@@ -573,7 +573,9 @@ pub fn train<E: Env, B: AutodiffBackend>(
         let collect_s = t_collect.elapsed().as_secs_f64();
         env_steps += stats.env_steps;
         episodes += all_outcomes.len();
-        hooks.recorder().group_stats(&all_outcomes, group_size);
+        if algorithm == Algorithm::Grpo {
+            hooks.recorder().group_stats(&all_outcomes, group_size);
+        }
 
         // Advantages per (rollout, decision).
         let mut returns = Vec::new();
