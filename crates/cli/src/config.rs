@@ -167,7 +167,7 @@ impl Default for DemosSection {
         Self {
             episodes: 200,
             only_successful: false,
-            dataset: PathBuf::new(),
+            dataset: crate::pipeline::SHIPPED_DATASET.into(),
         }
     }
 }

@@ -35,6 +35,7 @@ pub mod config;
 pub mod demos;
 pub mod finetune;
 pub mod pipeline;
+pub mod plots;
 pub mod reward_cmd;
 pub mod robustness;
 pub mod serve;
@@ -66,18 +67,11 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// The main job: every stage of CONFIG (default: the embedded configs/pusht.toml) into
-    /// runs/<name>/. Stages whose outputs exist are reused, so an interrupted run resumes.
-    Run {
-        /// Run config (TOML). Without it, the embedded Push-T config.
-        config: Option<PathBuf>,
-        /// Override [run].name.
-        #[arg(long)]
-        name: Option<String>,
-        /// Override [demos].episodes.
-        #[arg(long)]
-        episodes: Option<usize>,
-    },
+    /// The main job: demos (or the shipped dataset) -> behaviour cloning -> progress reward
+    /// model -> GRPO -> evaluation of both policies, into runs/<name>/ with report.md,
+    /// summary.json, plots/ and recording.rrd. Stages whose outputs exist are reused, so an
+    /// interrupted run resumes.
+    Run(pipeline::RunArgs),
     /// Record expert demonstrations as a LeRobot v3.0 dataset folder.
     Demos {
         /// Simulator (only `pusht` so far).
@@ -139,11 +133,7 @@ where
     let cli = Cli::try_parse_from(args)?;
     let rerun = cli.rerun.as_ref();
     match cli.command {
-        Command::Run {
-            config,
-            name,
-            episodes,
-        } => pipeline::run(config.as_deref(), name, episodes, out),
+        Command::Run(args) => pipeline::run(&args, rerun, out),
         Command::Demos {
             task,
             episodes,

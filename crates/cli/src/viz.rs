@@ -35,10 +35,11 @@ impl Recording {
     ) -> anyhow::Result<Self> {
         let sink = sink.cloned().unwrap_or(default);
         let Some(rec) = RerunRecorder::open(&sink, &format!("diffrl {command}"), timeline)? else {
+            stop_on_ctrl_c(None);
             return Ok(Self::off());
         };
         let rec = Arc::new(rec);
-        finish_on_ctrl_c(Arc::downgrade(&rec));
+        stop_on_ctrl_c(Some(Arc::downgrade(&rec)));
         rec.text(
             paths::RUN_LOG,
             Level::Info,
@@ -69,10 +70,11 @@ impl Drop for Recording {
     }
 }
 
-/// On Ctrl-C: finish the recording (if it is still open), then exit with 130 as the default
-/// handler would. Holds the recorder weakly so a finished command still drops (and finalises)
-/// it normally.
-fn finish_on_ctrl_c(rec: Weak<RerunRecorder>) {
+/// On Ctrl-C: let the file write in progress finish (checkpoints, reports: see
+/// `diffrl_core::fs::stop_writes`), finish the recording if there is one, then exit with 130 as
+/// the default handler would. Holds the recorder weakly so a finished command still drops (and
+/// finalises) it normally.
+fn stop_on_ctrl_c(rec: Option<Weak<RerunRecorder>>) {
     let spawned = std::thread::Builder::new()
         .name("diffrl-ctrl-c".into())
         .spawn(move || {
@@ -85,7 +87,9 @@ fn finish_on_ctrl_c(rec: Weak<RerunRecorder>) {
             if rt.block_on(tokio::signal::ctrl_c()).is_err() {
                 return;
             }
-            if let Some(r) = rec.upgrade() {
+            let _no_more_writes = diffrl_core::fs::stop_writes();
+            eprintln!("\ninterrupted: stopped between file writes (checkpoints are whole); `diffrl run` resumes where it stopped, `diffrl pretrain/grpo/ppo` with --resume");
+            if let Some(r) = rec.and_then(|r| r.upgrade()) {
                 eprintln!(
                     "\ninterrupted: finishing the recording ({})",
                     r.description()
@@ -96,7 +100,7 @@ fn finish_on_ctrl_c(rec: Weak<RerunRecorder>) {
         });
     if let Err(e) = spawned {
         eprintln!(
-            "warning: rerun: no Ctrl-C handler ({e}); an interrupted run leaves an unfinished recording"
+            "warning: no Ctrl-C handler ({e}); an interrupted run may leave an unfinished recording"
         );
     }
 }

@@ -2,6 +2,23 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Writers hold it shared while they replace a file or folder; [`stop_writes`] takes it
+/// exclusively, so an interrupted process exits between writes, never inside one.
+static WRITES: RwLock<()> = RwLock::new(());
+
+/// Held while a file or folder is being replaced (the atomic writers here take it; so does any
+/// code that swaps folders by renames). Do not take it twice on one thread.
+pub fn write_guard() -> RwLockReadGuard<'static, ()> {
+    WRITES.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Waits for the writes in progress to finish and holds new ones back while the guard lives:
+/// what a Ctrl-C handler takes before it exits the process.
+pub fn stop_writes() -> RwLockWriteGuard<'static, ()> {
+    WRITES.write().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync, then rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -18,6 +35,7 @@ pub fn write_atomic_with<E: From<std::io::Error>>(
         _ => Path::new("."),
     };
     std::fs::create_dir_all(dir)?;
+    let _writing = write_guard();
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     write(tmp.as_file_mut())?;
     tmp.as_file().sync_all()?;

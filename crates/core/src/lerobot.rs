@@ -224,6 +224,7 @@ pub fn write_dataset(
         .tempdir_in(parent)
         .map_err(io_err(parent))?;
     write_into(tmp.path(), meta, episodes)?;
+    let _writing = crate::fs::write_guard();
     let tmp_path = tmp.keep();
     // Move the old folder aside before renaming the new one in, so that at every moment either
     // the old or the new dataset is complete on disk.

@@ -158,6 +158,7 @@ pub fn write_dir_atomic(dir: &Path, files: &[(&str, &[u8])]) -> Result<(), Check
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "checkpoint".into());
+    let _writing = diffrl_core::fs::write_guard();
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}.tmp"))
         .tempdir_in(&parent)

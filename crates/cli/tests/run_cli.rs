@@ -1,0 +1,259 @@
+//! `diffrl run` end to end on a tiny config: every stage, summary.json, report.md, plots and
+//! the recording; a second invocation reuses every stage and reports the same numbers; another
+//! config is refused unless --resume (redo what changed) or --force (start over); folders that
+//! are not runs are left alone.
+
+use std::path::Path;
+
+mod common;
+use common::*;
+
+/// A tiny config on the shipped dataset: short episodes, a small policy, small groups.
+fn config(dir: &Path, extra: &str) -> String {
+    let p = dir.join("tiny.toml");
+    let text = format!(
+        "[run]\nthreads = 1\n\
+         [demos]\ndataset = \"{}\"\n\
+         [env]\nmax_episode_steps = 16\n\
+         [policy]\npred_horizon = 4\naction_horizon = 2\n\
+         [policy.denoiser]\nhidden = 16\nblocks = 1\n\
+         [policy.diffusion]\ntrain_steps = 8\ndenoising_steps = 4\n\
+         [pretrain]\nsteps = 20\nbatch_size = 16\nwarmup_steps = 2\nlog_every = 10\neval_every = 10\neval_episodes = 2\ncheckpoint_every = 10\n\
+         [eval]\nepisodes = 4\nenvs = 2\n\
+         [reward.progress]\nsteps = 20\nbatch_size = 32\nhidden = [16]\n\
+         [grpo]\ngroups = 2\ngroup_size = 2\nepochs = 1\nminibatch = 64\niterations = 2\nft_denoising_steps = 2\n{extra}",
+        shipped().replace('\\', "\\\\"),
+    );
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn every_stage_then_reuse_then_config_changes() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "");
+    let run = d.path().join("run");
+    let out = run.display().to_string();
+    let log = diffrl(&["run", &cfg, "--out", &out]).unwrap();
+    for stage in [
+        "[1/5] demos",
+        "[2/5] pretrain",
+        "[3/5] reward",
+        "[4/5] grpo",
+        "[5/5] eval",
+    ] {
+        assert!(log.contains(stage), "{stage} missing from:\n{log}");
+    }
+    let s = json(&run.join("summary.json"));
+    for policy in ["bc", "grpo"] {
+        for key in ["success_rate", "ci95", "mean_max_score", "episodes"] {
+            assert!(!s[policy][key].is_null(), "summary.{policy}.{key}: {s}");
+        }
+        assert_eq!(s[policy]["episodes"], 4);
+    }
+    assert!(
+        s["reward"]["voc"]
+            .as_f64()
+            .is_some_and(|v| (-1.0..=1.0).contains(&v))
+    );
+    assert!(s["reward"].get("pairwise_accuracy").is_some());
+    for stage in ["demos", "pretrain", "reward", "grpo", "eval"] {
+        assert!(s["wall_seconds"][stage].as_f64().is_some(), "{stage}: {s}");
+    }
+    assert!(s["wall_seconds"]["pretrain"].as_f64().unwrap() > 0.0);
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(report.contains("| BC (20 steps) | 4 |"), "{report}");
+    assert!(report.contains("| GRPO (2 iterations) | 4 |"), "{report}");
+    assert!(
+        report.contains("VOC") && report.contains("plots/grpo.png"),
+        "{report}"
+    );
+    for png in ["plots/pretrain.png", "plots/grpo.png"] {
+        let bytes = std::fs::read(run.join(png)).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{png}");
+    }
+    for f in [
+        "pretrain/policy/policy.json",
+        "grpo/policy/policy.json",
+        "reward/progress/reward.json",
+        "eval/bc.json",
+        "eval/grpo.json",
+        "config.toml",
+        "metrics.jsonl",
+    ] {
+        assert!(run.join(f).is_file(), "{f}");
+    }
+    // The default recording: BC and GRPO training scalars, evaluation episodes, scenes.
+    let rrd = diffrl_viz::read::read_rrd(&run.join("recording.rrd")).unwrap();
+    assert!(rrd.footer, "the recording was finished");
+    for path in [
+        "/train/loss/bc",
+        "/train/loss/surrogate",
+        "/eval/episodes",
+        "/groups/mean",
+    ] {
+        assert!(rrd.rows(path) > 0, "{path}: {:?}", rrd.entities.keys());
+    }
+
+    // Same config: every stage reused, same numbers.
+    let again = diffrl(&["run", &cfg, "--out", &out, "--rerun", "off"]).unwrap();
+    assert_eq!(again.matches("reusing").count(), 4, "{again}");
+    let s2 = json(&run.join("summary.json"));
+    assert_eq!(
+        (&s["bc"], &s["grpo"], &s["reward"]),
+        (&s2["bc"], &s2["grpo"], &s2["reward"])
+    );
+
+    // Another config: refused with the difference and the ways out.
+    let cfg3 = config(d.path(), "lr = 0.0003\n");
+    let e = diffrl(&["run", &cfg3, "--out", &out, "--rerun", "off"]).unwrap_err();
+    assert!(
+        e.contains("grpo.lr: ") && e.contains("--resume") && e.contains("--force"),
+        "{e}"
+    );
+    // --resume: BC and the reward model kept, GRPO and the evaluation redone.
+    let resumed = diffrl(&["run", &cfg3, "--out", &out, "--resume", "--rerun", "off"]).unwrap();
+    assert!(resumed.contains("[2/5] pretrain: reusing"), "{resumed}");
+    assert!(resumed.contains("[3/5] reward: reusing"), "{resumed}");
+    assert!(
+        resumed.contains("[4/5] grpo: settings changed"),
+        "{resumed}"
+    );
+    let s3 = json(&run.join("summary.json"));
+    assert_eq!(s3["bc"], s["bc"]);
+    // --force: everything again, from nothing.
+    let forced = diffrl(&["run", &cfg3, "--out", &out, "--force", "--rerun", "off"]).unwrap();
+    assert!(
+        forced.contains("deleting") && !forced.contains("reusing"),
+        "{forced}"
+    );
+    assert_eq!(
+        json(&run.join("summary.json"))["grpo"],
+        s3["grpo"],
+        "deterministic"
+    );
+}
+
+#[test]
+fn folders_that_are_not_runs_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "");
+    let other = d.path().join("photos");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("a.jpg"), b"x").unwrap();
+    let e = diffrl(&[
+        "run",
+        &cfg,
+        "--out",
+        &other.display().to_string(),
+        "--force",
+    ])
+    .unwrap_err();
+    assert!(e.contains("not a diffrl run folder"), "{e}");
+    assert!(other.join("a.jpg").exists(), "left alone");
+    let file = d.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = diffrl(&[
+        "run",
+        &cfg,
+        "--out",
+        &file.join("run").display().to_string(),
+    ])
+    .unwrap_err();
+    assert!(e.contains("creating the run folder"), "{e}");
+    let bad = d.path().join("bad.toml");
+    std::fs::write(&bad, "[demos]\ndataset = \"/no/such/dataset\"\n").unwrap();
+    let e = diffrl(&[
+        "run",
+        &bad.display().to_string(),
+        "--out",
+        &d.path().join("r").display().to_string(),
+    ])
+    .unwrap_err();
+    assert!(
+        e.contains("/no/such/dataset") && e.contains("does not exist"),
+        "{e}"
+    );
+}
+
+/// Ctrl-C in the middle of GRPO: the process stops between writes (exit 130) with a finished
+/// recording; the next `diffrl run` resumes the stage and ends where an uninterrupted run ends.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_then_rerun_resumes_to_the_uninterrupted_result() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("iterations = 2\n", "iterations = 40\n");
+    std::fs::write(&cfg, text).unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    diffrl(&[
+        "run",
+        &cfg,
+        "--out",
+        &a.display().to_string(),
+        "--rerun",
+        "off",
+    ])
+    .unwrap();
+
+    let child = bin()
+        .args(["run", &cfg, "--out", &b.display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let state = b.join("grpo/train_state/state.json");
+    let iteration = || -> u64 {
+        std::fs::read_to_string(&state)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["iteration"].as_u64())
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while iteration() < 3 && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let res = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert_eq!(res.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    let at = iteration();
+    assert!(
+        (3..40).contains(&at),
+        "interrupted at iteration {at}, expected mid-run"
+    );
+    let rrd = diffrl_viz::read::read_rrd(&b.join("recording.rrd")).unwrap();
+    assert!(rrd.footer, "the recording was finished on Ctrl-C");
+
+    let log = diffrl(&["run", &cfg, "--out", &b.display().to_string()]).unwrap();
+    assert!(log.contains("[2/5] pretrain: reusing"), "{log}");
+    assert!(log.contains("[4/5] grpo: resuming"), "{log}");
+    assert!(
+        b.join("recording-1.rrd").is_file(),
+        "the first recording kept"
+    );
+    let wa = std::fs::read(a.join("grpo/policy/model.safetensors")).unwrap();
+    let wb = std::fs::read(b.join("grpo/policy/model.safetensors")).unwrap();
+    assert!(
+        wa == wb,
+        "interrupted + resumed weights differ from the uninterrupted run"
+    );
+    assert_eq!(
+        json(&a.join("summary.json"))["grpo"],
+        json(&b.join("summary.json"))["grpo"]
+    );
+}
