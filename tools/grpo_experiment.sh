@@ -7,6 +7,8 @@
 #   BC_POLICY_DIR  default runs/pusht/pretrain/policy (`diffrl run` or `diffrl pretrain` makes it)
 #   ITERATIONS     default: [grpo].iterations of configs/pusht.toml
 #   METHODS        default: grpo dr-grpo vg-grpo ppo
+# Environment: FT_STEPS = K', the fine-tuned denoising steps (default 0 = all K = 10, the setting
+# of the table in docs/grpo.md; `diffrl run` and the embedded config use 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/target_dir.sh
@@ -20,6 +22,8 @@ methods=("$@")
 cargo build --release -p diffrl-cli --locked
 bin="${CARGO_TARGET_DIR:-target}/release/diffrl"
 mkdir -p "$out"
+cfg="$out/experiment.toml"
+printf '[grpo]\nft_denoising_steps = %s\n' "${FT_STEPS:-0}" > "$cfg"
 iter_arg=()
 [ -n "$iters" ] && iter_arg=(--iterations "$iters")
 if [ ! -f "$out/bc/eval.json" ]; then
@@ -33,9 +37,9 @@ for m in "${methods[@]}"; do
   mkdir -p "$out/$m"
   start=$(date +%s)
   if [ "$m" = ppo ]; then
-    "$bin" ppo --policy "$policy" --out "$out/$m" "${iter_arg[@]}" "${resume[@]}"
+    "$bin" ppo --config "$cfg" --policy "$policy" --out "$out/$m" "${iter_arg[@]}" "${resume[@]}"
   else
-    "$bin" grpo --policy "$policy" --out "$out/$m" --estimator "$m" "${iter_arg[@]}" "${resume[@]}"
+    "$bin" grpo --config "$cfg" --policy "$policy" --out "$out/$m" --estimator "$m" "${iter_arg[@]}" "${resume[@]}"
   fi 2>&1 | tee -a "$out/$m/log.txt"
   echo "$m: $(( $(date +%s) - start )) s wall" | tee -a "$out/$m/log.txt"
 done

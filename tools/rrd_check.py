@@ -1,7 +1,8 @@
 """Checks .rrd recordings written by diffrl with the real Rerun CLI (rerun-sdk 0.36.3).
 
 Usage: rrd_check.py RERUN_EXE KIND=FILE.rrd [KIND=FILE.rrd ...]
-KIND selects the entity paths the file must hold (pretrain, grpo, robustness).
+KIND selects the entity paths the file must hold (pretrain, grpo, run, robustness); `run` is
+a `diffrl run` recording: behaviour cloning, the GRPO stage and the final evaluations.
 
 For each file: `rerun rrd verify` must accept it, `rerun rrd stats` must read it, and
 `rerun rrd print` must list every expected entity with its components. Prints one summary line
@@ -60,6 +61,8 @@ EXPECTED = {
         "/robustness/mean_max_score": ["BarChart:values"],
     },
 }
+
+EXPECTED["run"] = {**EXPECTED["pretrain"], **EXPECTED["grpo"]}
 
 CHUNK = re.compile(r"^Chunk\(\S+\) with (\d+) rows \(.*?\) - (\S+) - data columns: \[(.*)\]$")
 

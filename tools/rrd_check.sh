@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Checks the recordings diffrl writes with the real Rerun tools (rerun-sdk 0.36.3, pinned with
-# its closure in tools/requirements-rerun.txt, in a cached venv): a tiny pretrain (with its
-# evaluation), GRPO and `eval --randomize`, each with --rerun save=FILE; then `rerun rrd verify`,
+# its closure in tools/requirements-rerun.txt, in a cached venv): the recording.rrd of a
+# `diffrl run --quick` (every stage, about a minute), and a tiny pretrain (with its evaluation),
+# GRPO and `eval --randomize`, each with --rerun save=FILE; then `rerun rrd verify`,
 # `rerun rrd stats` and the expected entity paths from `rerun rrd print` (tools/rrd_check.py).
-# Called by tools/test.sh; takes seconds once built.
+# Called by tools/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/target_dir.sh
@@ -55,11 +56,13 @@ friction = [[1.0, 1.0]]
 kp = [[60.0, 60.0]]
 TOML
 q() { "$@" > /dev/null; }
+q "$bin" run --quick --out "$tmp/quick"
+test -s "$tmp/quick/summary.json" && test -s "$tmp/quick/plots/grpo.png"
 q "$bin" pretrain --config "$tmp/tiny.toml" --dataset assets/pusht_expert_200 --out "$tmp/bc" \
   --rerun "save=$tmp/pretrain.rrd"
 q "$bin" grpo --config "$tmp/tiny.toml" --policy "$tmp/bc/policy" --out "$tmp/grpo" \
   --rerun "save=$tmp/grpo.rrd"
 q "$bin" eval --config "$tmp/tiny.toml" --policy "$tmp/bc/policy" --randomize "$tmp/sweep.toml" \
   --out "$tmp" --rerun "save=$tmp/robustness.rrd"
-"$PY" tools/rrd_check.py "$RERUN" "pretrain=$tmp/pretrain.rrd" "grpo=$tmp/grpo.rrd" \
+"$PY" tools/rrd_check.py "$RERUN" "run=$tmp/quick/recording.rrd" "pretrain=$tmp/pretrain.rrd" "grpo=$tmp/grpo.rrd" \
   "robustness=$tmp/robustness.rrd"

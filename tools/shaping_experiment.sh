@@ -23,6 +23,8 @@ bin="${CARGO_TARGET_DIR:-target}/release/diffrl"
 mkdir -p "$out"
 cp configs/pusht.toml "$out/outcome.toml"
 { cat configs/pusht.toml; printf '\n[reward.shaping]\nmodel = "%s"\ngamma = 0.99\n' "$(cd "$model" && pwd)"; } > "$out/shaped.toml"
+# K' (FT_STEPS): 0 = all K = 10, the setting of docs/reward.md's table (the embedded config now uses 2).
+sed -i "/^\[grpo\]$/,/^\[grpo.advantage\]$/ s/^ft_denoising_steps = .*/ft_denoising_steps = ${FT_STEPS:-0}/" "$out/outcome.toml" "$out/shaped.toml"
 for seed in "${seeds[@]}"; do
   for arm in outcome shaped; do
     dir="$out/$arm-$seed"

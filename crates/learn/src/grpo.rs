@@ -137,7 +137,7 @@ impl Default for GrpoConfig {
             iterations: 30,
             groups: 8,
             group_size: 8,
-            ft_denoising_steps: 0,
+            ft_denoising_steps: 2,
             epochs: 4,
             minibatch: 2048,
             lr: 3e-5,

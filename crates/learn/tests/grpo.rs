@@ -180,6 +180,8 @@ fn toy_grpo() -> GrpoConfig {
         lr: 3e-3,
         clip_low: 0.2,
         clip_high: 0.2,
+        // Every denoising step of the toy chain (K' = K = 5).
+        ft_denoising_steps: 0,
         ..GrpoConfig::default()
     }
 }
