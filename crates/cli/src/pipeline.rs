@@ -420,8 +420,13 @@ fn stages<B: AutodiffBackend>(
         }
         _ => {
             let t0 = Instant::now();
-            let metrics =
-                reward_cmd::train_progress(cfg, Some(&dataset), &stage.dir.join("progress"), out)?;
+            let metrics = reward_cmd::train_progress(
+                cfg,
+                Some(&dataset),
+                &stage.dir.join("progress"),
+                false,
+                out,
+            )?;
             rec.text(
                 diffrl_viz::paths::RUN_LOG,
                 Level::Info,

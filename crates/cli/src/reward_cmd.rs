@@ -186,10 +186,13 @@ pub(crate) fn print_metrics(
 }
 
 /// Trains the progress model of `cfg` on `dataset` into `out`; returns its held-out metrics.
+/// With `hop`, also trains the hop model and records the fused estimate's metrics (about as
+/// long again; `diffrl run` skips it).
 pub fn train_progress(
     cfg: &RunConfig,
     dataset: Option<&Path>,
     out_dir: &Path,
+    hop: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<RewardMetrics> {
     let (dir, episodes) = dataset_episodes(cfg, dataset)?;
@@ -227,21 +230,23 @@ pub fn train_progress(
         .map(|(_, e)| e)
         .collect();
     let metrics = progress::evaluate(&model, &held)?;
-    let train_refs: Vec<&Episode> = prep.episodes.iter().collect();
-    let hop = diffrl_reward::hop::train::<diffrl_policy::CpuAutodiff>(
-        &train_refs,
-        &prep.labels,
-        &prep.norm,
-        &pc.hidden,
-        pc.steps,
-        pc.batch_size,
-        pc.lr,
-        pc.seed ^ 0x40,
-        &device,
-    )?;
-    let fused = progress::evaluate_fused(&model, &hop, &held)?;
-    print_metrics(out, "held-out, fused with the hop model", &fused)?;
-    model.meta.info["held_out_fused"] = serde_json::to_value(&fused)?;
+    if hop {
+        let train_refs: Vec<&Episode> = prep.episodes.iter().collect();
+        let hop = diffrl_reward::hop::train::<diffrl_policy::CpuAutodiff>(
+            &train_refs,
+            &prep.labels,
+            &prep.norm,
+            &pc.hidden,
+            pc.steps,
+            pc.batch_size,
+            pc.lr,
+            pc.seed ^ 0x40,
+            &device,
+        )?;
+        let fused = progress::evaluate_fused(&model, &hop, &held)?;
+        print_metrics(out, "held-out, fused with the hop model", &fused)?;
+        model.meta.info["held_out_fused"] = serde_json::to_value(&fused)?;
+    }
     model.meta.info["dataset"] = serde_json::json!(dir.display().to_string());
     model.meta.info["held_out"] = serde_json::to_value(&metrics)?;
     progress::save(&model, out_dir)?;
@@ -312,7 +317,7 @@ pub fn run(cmd: &RewardCommand, out: &mut dyn Write) -> anyhow::Result<()> {
                 .out
                 .clone()
                 .unwrap_or_else(|| cfg.run.runs_dir.join(&cfg.run.name).join("reward/progress"));
-            train_progress(&cfg, a.dataset.as_deref(), &out_dir, out)?;
+            train_progress(&cfg, a.dataset.as_deref(), &out_dir, true, out)?;
             Ok(())
         }
         RewardCommand::Eval(a) => {

@@ -37,6 +37,14 @@ pub fn write_atomic_with<E: From<std::io::Error>>(
     std::fs::create_dir_all(dir)?;
     let _writing = write_guard();
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    // Temp files are private (0600); the result gets the replaced file's mode, else 0644.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))?;
+    }
     write(tmp.as_file_mut())?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| E::from(e.error))?;
@@ -58,6 +66,12 @@ mod tests {
         });
         assert!(r.is_err());
         assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o644, "readable by others like any written file");
+        }
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),
             1,
