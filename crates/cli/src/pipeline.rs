@@ -731,6 +731,7 @@ fn summary_json(r: &Results, total: f64, quick: bool) -> Value {
             "mean_max_score": paired.map(|p| p.0),
             "mean_max_score_ci95": paired.map(|p| [p.0 - p.1, p.0 + p.1]),
             "wilson_intervals_separate": r.grpo.ci95[0] > r.bc.ci95[1] || r.bc.ci95[0] > r.grpo.ci95[1],
+            "mcnemar": mcnemar(&r.bc, &r.grpo).map(|(g, b, p)| json!({"only_grpo_succeeded": g, "only_bc_succeeded": b, "p_value": p})),
         },
         "reward": {
             "voc": r.reward.voc,
@@ -778,6 +779,34 @@ fn paired_score_diff(bc: &EvalReport, grpo: &EvalReport) -> Option<(f64, f64)> {
     let mean = d.iter().sum::<f64>() / n as f64;
     let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
     Some((mean, 1.96 * (var / n as f64).sqrt()))
+}
+
+/// Exact McNemar test on paired successes: (episodes only GRPO solved, episodes only BC solved,
+/// two-sided p). None unless the episode lists pair up.
+fn mcnemar(bc: &EvalReport, grpo: &EvalReport) -> Option<(usize, usize, f64)> {
+    if bc.per_episode.len() != grpo.per_episode.len()
+        || bc.seed != grpo.seed
+        || bc.envs != grpo.envs
+    {
+        return None;
+    }
+    let pairs = bc.per_episode.iter().zip(&grpo.per_episode);
+    let only_grpo = pairs
+        .clone()
+        .filter(|(a, b)| !a.success && b.success)
+        .count();
+    let only_bc = pairs.filter(|(a, b)| a.success && !b.success).count();
+    let n = only_grpo + only_bc;
+    // P(X <= min) for X ~ Binomial(n, 1/2), doubled; computed in logs to stay finite.
+    let ln_choose = |n: usize, k: usize| -> f64 {
+        (1..=k)
+            .map(|i| ((n + 1 - i) as f64).ln() - (i as f64).ln())
+            .sum()
+    };
+    let tail: f64 = (0..=only_grpo.min(only_bc))
+        .map(|k| (ln_choose(n, k) - n as f64 * std::f64::consts::LN_2).exp())
+        .sum();
+    Some((only_grpo, only_bc, (2.0 * tail).min(1.0)))
 }
 
 /// Reads the JSON lines of a metrics.jsonl (unreadable lines skipped).
@@ -962,12 +991,18 @@ fn finish(
         grpo = row(&format!("GRPO ({} iterations)", r.grpo_iterations), &r.grpo),
     );
     md.push_str(&format!(
-        "GRPO - BC: success {:+.1} points ({}); mean max score {}.\n\n",
+        "GRPO - BC: success {:+.1} points ({}{}); mean max score {}.\n\n",
         pct(r.grpo.success_rate - r.bc.success_rate),
         if separate {
             "the Wilson intervals do not overlap"
         } else {
             "the Wilson intervals overlap: not a clear difference"
+        },
+        match mcnemar(&r.bc, &r.grpo) {
+            Some((g, b, p)) => format!(
+                "; paired: {g} episodes only GRPO solved, {b} only BC, exact McNemar p = {p:.3}"
+            ),
+            None => String::new(),
         },
         match paired_score_diff(&r.bc, &r.grpo) {
             Some((m, h)) => format!(
@@ -1071,5 +1106,43 @@ mod tests {
         assert!((m - 0.1).abs() < 1e-6 && h < 1e-6, "{m} {h}");
         let other = EvalReport::from_episodes(vec![ep(0.2), ep(0.3), ep(0.4)], 6, 1);
         assert!(paired_score_diff(&bc, &other).is_none());
+        assert!(mcnemar(&bc, &other).is_none());
+    }
+
+    #[test]
+    fn mcnemar_matches_the_exact_binomial_test() {
+        use diffrl_learn::eval::EpisodeStats;
+        let ep = |success: bool| EpisodeStats {
+            env: 0,
+            episode: 0,
+            success,
+            max_score: 0.5,
+            total_reward: 0.0,
+            length: 1,
+        };
+        // 12 episodes only GRPO solved, 4 only BC, 80 neither, 4 both: scipy's
+        // binomtest(4, 16, 0.5).pvalue = 0.076812744140625.
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for (x, y, n) in [
+            (false, true, 12),
+            (true, false, 4),
+            (false, false, 80),
+            (true, true, 4),
+        ] {
+            for _ in 0..n {
+                a.push(ep(x));
+                b.push(ep(y));
+            }
+        }
+        let (g, o, p) = mcnemar(
+            &EvalReport::from_episodes(a, 1, 1),
+            &EvalReport::from_episodes(b, 1, 1),
+        )
+        .unwrap();
+        assert_eq!((g, o), (12, 4));
+        assert!((p - 0.076812744140625).abs() < 1e-12, "{p}");
+        let none = EvalReport::from_episodes(vec![ep(false); 3], 1, 1);
+        assert_eq!(mcnemar(&none, &none).unwrap().2, 1.0);
     }
 }
