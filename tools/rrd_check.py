@@ -62,7 +62,11 @@ EXPECTED = {
     },
 }
 
-EXPECTED["run"] = {**EXPECTED["pretrain"], **EXPECTED["grpo"]}
+EXPECTED["run"] = {
+    **EXPECTED["pretrain"],
+    **EXPECTED["grpo"],
+    "/rewards/progress": ["Scalars:scalars"],
+}
 
 CHUNK = re.compile(r"^Chunk\(\S+\) with (\d+) rows \(.*?\) - (\S+) - data columns: \[(.*)\]$")
 

@@ -66,6 +66,26 @@ pub struct RewardSection {
     /// SRPO-style outcomes for failed rollouts, ranked by how close they ended to a successful
     /// member of their group (`{ length_scale = 50.0, cap = 0.5 }`); absent = off.
     pub srpo: Option<diffrl_reward::process::SrpoConfig>,
+    /// SPA attribution: the per-step rewards become the contributions of a model from
+    /// `diffrl reward train --kind spa` (`{ model = "DIR", weight = 1.0 }`); absent = off.
+    pub spa: Option<SpaSection>,
+    /// How `diffrl reward train --kind spa` trains it.
+    pub spa_train: diffrl_reward::spa::SpaConfig,
+}
+
+/// `[reward.spa]`: per-step rewards from an SPA attribution model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpaSection {
+    /// Model folder written by `diffrl reward train --kind spa`.
+    pub model: std::path::PathBuf,
+    /// Scale of the contributions.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+fn default_weight() -> f64 {
+    1.0
 }
 
 impl Default for RewardSection {
@@ -76,6 +96,8 @@ impl Default for RewardSection {
             shaping: None,
             progress: Default::default(),
             srpo: None,
+            spa: None,
+            spa_train: Default::default(),
         }
     }
 }
@@ -220,11 +242,19 @@ impl Validate for RunConfig {
                 format!("must be in (0, 1], got {}", sh.gamma),
             )?;
         }
+        if let Some(spa) = &self.reward.spa {
+            ensure(
+                spa.weight.is_finite() && spa.weight > 0.0,
+                "reward.spa.weight",
+                format!("must be > 0, got {}", spa.weight),
+            )?;
+        }
         if let Err(diffrl_reward::RewardError::Config { field, message }) = self
             .reward
             .progress
             .validate()
             .and_then(|()| self.reward.srpo.map_or(Ok(()), |s| s.validate()))
+            .and_then(|()| self.reward.spa_train.validate())
         {
             return Err(Invalid::new(format!("reward.{field}"), message));
         }

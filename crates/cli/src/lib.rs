@@ -173,7 +173,7 @@ where
             viz::ignored(rerun, "serve");
             serve::serve_cmd(&args, out)
         }
-        Command::Reward(cmd) => reward_cmd::run(&cmd, out),
+        Command::Reward(cmd) => reward_cmd::run(&cmd, rerun, out),
         Command::Grpo(args) => {
             finetune::finetune_cmd(&args, diffrl_learn::grpo::Algorithm::Grpo, rerun, out)
         }

@@ -128,10 +128,9 @@ pub fn run(
     let mut run = RunDir::open(&cfg.run.runs_dir, &cfg.run.name, &resolved)
         .with_context(|| format!("creating the run folder {}", root.display()))?;
     writeln!(out, "run folder: {}", root.display())?;
-    rotate_recording(&root, rerun, out)?;
     let recording = Recording::open(
         rerun,
-        diffrl_viz::RerunSink::run_default(&root),
+        default_recording(&root),
         "run",
         Timeline::TrainStep,
         out,
@@ -238,32 +237,17 @@ fn diff_tables(prefix: &str, a: &toml::Table, b: &toml::Table, out: &mut Vec<Str
     }
 }
 
-/// A rerun of the pipeline writes a new recording.rrd; the previous one is kept as
-/// recording-N.rrd (the stages it recorded are not run again).
-fn rotate_recording(
-    root: &Path,
-    rerun: Option<&diffrl_viz::RerunSink>,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    let current = root.join(diffrl_viz::RECORDING_FILE);
-    let writes_default = rerun.is_none_or(|s| *s == diffrl_viz::RerunSink::run_default(root));
-    if !writes_default || !current.exists() {
-        return Ok(());
+/// Where this invocation records by default: `recording.rrd`, or `recording-N.rrd` (the next
+/// free N) when an earlier invocation wrote that; `diffrl view RUN` opens them all.
+fn default_recording(root: &Path) -> diffrl_viz::RerunSink {
+    let first = diffrl_viz::RerunSink::run_default(root);
+    if !root.join(diffrl_viz::RECORDING_FILE).exists() {
+        return first;
     }
     let n = (1..)
         .find(|n| !root.join(format!("recording-{n}.rrd")).exists())
         .unwrap_or(1);
-    let kept = root.join(format!("recording-{n}.rrd"));
-    std::fs::rename(&current, &kept)
-        .with_context(|| format!("moving {} aside", current.display()))?;
-    writeln!(
-        out,
-        "rerun: the previous recording is now {} (open both with `rerun {} {}`)",
-        kept.display(),
-        kept.display(),
-        current.display()
-    )?;
-    Ok(())
+    diffrl_viz::RerunSink::Save(root.join(format!("recording-{n}.rrd")))
 }
 
 /// A stage folder: its settings fingerprint, and whether it is done, half done or fresh.
@@ -425,6 +409,7 @@ fn stages<B: AutodiffBackend>(
                 Some(&dataset),
                 &stage.dir.join("progress"),
                 false,
+                rec,
                 out,
             )?;
             rec.text(

@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use diffrl_core::episode::Episode;
 use diffrl_core::lerobot::read_dataset;
+use diffrl_core::record::{Level, Recorder, StepSeries, Timeline};
 use diffrl_core::reward::{OutcomeReward, RewardModule};
 use diffrl_core::seeding::{derive, rng};
 use diffrl_core::vec_env::{AutoReset, VecEnv};
@@ -51,9 +52,19 @@ pub struct TrainArgs {
     /// Label kind (default: [reward.progress].labels).
     #[arg(long, value_parser = parse_labels)]
     pub labels: Option<LabelKind>,
-    /// Optimiser steps (default: [reward.progress].steps).
+    /// Optimiser steps (default: [reward.progress].steps, or [reward.spa_train].steps).
     #[arg(long)]
     pub steps: Option<usize>,
+    /// Which model: `progress` (Phi(s), the default) or `spa` (stepwise attribution; default
+    /// output runs/<name>/reward/spa).
+    #[arg(long, default_value = "progress", value_parser = ["progress", "spa"])]
+    pub kind: String,
+    /// For `--kind spa`: also train on rollouts of this policy (attribution needs failures).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Rollouts of --policy.
+    #[arg(long, default_value_t = 64)]
+    pub episodes: usize,
 }
 
 /// Arguments of `diffrl reward eval`.
@@ -104,6 +115,29 @@ pub fn reward_module(cfg: &RunConfig) -> anyhow::Result<Box<dyn RewardModule>> {
             srpo,
         )?),
         None => Box::new(outcome),
+    };
+    let base: Box<dyn RewardModule> = match &cfg.reward.spa {
+        Some(spa) => {
+            let model = diffrl_reward::spa::load::<Cpu>(&spa.model, &Default::default())
+                .with_context(|| format!("loading the SPA model {}", spa.model.display()))?;
+            let spec = env_spec(cfg)?;
+            if model.meta.state_dim != spec.state_dim {
+                bail!(
+                    "the SPA model {} reads states of {} values, but the configured environment \
+                     observes {} ([env].obs = {:?})",
+                    spa.model.display(),
+                    model.meta.state_dim,
+                    spec.state_dim,
+                    cfg.env.obs
+                );
+            }
+            Box::new(diffrl_reward::spa::SpaReward::new(
+                base,
+                Arc::new(model),
+                spa.weight,
+            )?)
+        }
+        None => base,
     };
     let Some(sh) = &cfg.reward.shaping else {
         return Ok(base);
@@ -187,12 +221,14 @@ pub(crate) fn print_metrics(
 
 /// Trains the progress model of `cfg` on `dataset` into `out`; returns its held-out metrics.
 /// With `hop`, also trains the hop model and records the fused estimate's metrics (about as
-/// long again; `diffrl run` skips it).
+/// long again; `diffrl run` skips it). Records Phi(s) and the environment's reward along the
+/// first held-out demonstrations into `rec` (`rewards/progress`, `rewards/reward`).
 pub fn train_progress(
     cfg: &RunConfig,
     dataset: Option<&Path>,
     out_dir: &Path,
     hop: bool,
+    rec: &dyn Recorder,
     out: &mut dyn Write,
 ) -> anyhow::Result<RewardMetrics> {
     let (dir, episodes) = dataset_episodes(cfg, dataset)?;
@@ -230,6 +266,25 @@ pub fn train_progress(
         .map(|(_, e)| e)
         .collect();
     let metrics = progress::evaluate(&model, &held)?;
+    if rec.enabled() {
+        const SHOWN: usize = 3;
+        for ep in held.iter().take(SHOWN).filter(|e| !e.is_empty()) {
+            let phi = model.episode_progress(ep)?;
+            let first = rec.tick(Timeline::EnvStep);
+            rec.set_time(Timeline::EnvStep, first + ep.len() as i64 - 1);
+            rec.step_series(StepSeries::Progress, first, &phi[..ep.len()]);
+            let r: Vec<f64> = ep.rewards.iter().map(|&v| f64::from(v)).collect();
+            rec.step_series(StepSeries::Reward, first, &r);
+        }
+        rec.text(
+            diffrl_viz::paths::RUN_LOG,
+            Level::Info,
+            &format!(
+                "reward model: Phi(s) (rewards/progress) and the environment's reward along the \
+                 first {SHOWN} held-out demonstrations, one after the other on env_step"
+            ),
+        );
+    }
     if hop {
         let train_refs: Vec<&Episode> = prep.episodes.iter().collect();
         let hop = diffrl_reward::hop::train::<diffrl_policy::CpuAutodiff>(
@@ -253,6 +308,96 @@ pub fn train_progress(
     print_metrics(out, "held-out", &metrics)?;
     writeln!(out, "wrote {}", out_dir.display())?;
     Ok(metrics)
+}
+
+/// Trains the SPA attribution model on the dataset's episodes plus `rollouts` (every 10th
+/// episode held out); returns the held-out mean |sum of contributions - outcome| and the
+/// correlation of the sums with the outcomes.
+pub fn train_spa(
+    cfg: &RunConfig,
+    dataset: Option<&Path>,
+    rollouts: Vec<Episode>,
+    out_dir: &Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<serde_json::Value> {
+    let (dir, mut episodes) = dataset_episodes(cfg, dataset)?;
+    let demos = episodes.len();
+    episodes.extend(rollouts);
+    let outcome = OutcomeReward {
+        outcome: cfg.reward.outcome,
+        success_bonus: cfg.reward.success_bonus,
+    };
+    let outcomes: Vec<f64> = episodes
+        .iter()
+        .map(|e| outcome.rewards(e).map(|r| r.outcome))
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("outcomes: {}", e.0))?;
+    let (train, held): (Vec<usize>, Vec<usize>) =
+        (0..episodes.len()).partition(|&i| !held_out(i, 10));
+    let sc = &cfg.reward.spa_train;
+    writeln!(
+        out,
+        "reward: SPA attribution on {} demonstrations of {} + {} policy rollouts (every 10th held out), {} steps",
+        demos,
+        dir.display(),
+        episodes.len() - demos,
+        sc.steps
+    )?;
+    let pb = bar(
+        sc.steps as u64,
+        "  spa [{bar:30}] {pos}/{len} loss {msg} {elapsed_precise} (eta {eta})",
+    );
+    let eps: Vec<&Episode> = train.iter().map(|&i| &episodes[i]).collect();
+    let ys: Vec<f64> = train.iter().map(|&i| outcomes[i]).collect();
+    let mut model = diffrl_reward::spa::train::<diffrl_policy::CpuAutodiff>(
+        &eps,
+        &ys,
+        sc,
+        &Default::default(),
+        &mut |step, loss| {
+            pb.set_position(step as u64);
+            pb.set_message(format!("{loss:.4}"));
+        },
+    )?;
+    pb.finish_and_clear();
+    let mut sums = Vec::new();
+    let mut truth = Vec::new();
+    for &i in &held {
+        sums.push(model.contributions(&episodes[i])?.iter().sum::<f64>());
+        truth.push(outcomes[i]);
+    }
+    let n = sums.len().max(1) as f64;
+    let mae = sums
+        .iter()
+        .zip(&truth)
+        .map(|(a, b)| (a - b).abs())
+        .sum::<f64>()
+        / n;
+    let corr = pearson(&sums, &truth);
+    let metrics = serde_json::json!({"held_out_episodes": held.len(), "mean_abs_error": mae, "correlation": corr});
+    writeln!(
+        out,
+        "held-out: {} episodes, mean |sum of contributions - outcome| {mae:.3}, correlation {}",
+        held.len(),
+        corr.map_or("n/a".into(), |c| format!("{c:.3}"))
+    )?;
+    model.meta.info["held_out"] = metrics.clone();
+    model.meta.info["dataset"] = serde_json::json!(dir.display().to_string());
+    diffrl_reward::spa::save(&model, out_dir)?;
+    writeln!(out, "wrote {}", out_dir.display())?;
+    Ok(metrics)
+}
+
+fn pearson(a: &[f64], b: &[f64]) -> Option<f64> {
+    let n = a.len() as f64;
+    if a.len() < 2 {
+        return None;
+    }
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let cov: f64 = a.iter().zip(b).map(|(x, y)| (x - ma) * (y - mb)).sum();
+    let va: f64 = a.iter().map(|x| (x - ma).powi(2)).sum();
+    let vb: f64 = b.iter().map(|y| (y - mb).powi(2)).sum();
+    (va > 0.0 && vb > 0.0).then(|| cov / (va * vb).sqrt())
 }
 
 /// Rollouts of a policy checkpoint on the configured environment (stochastic chains).
@@ -301,8 +446,12 @@ fn policy_rollouts(
     Ok(out)
 }
 
-/// Runs `diffrl reward ...`.
-pub fn run(cmd: &RewardCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+/// Runs `diffrl reward ...`; `train` records into `rerun` when given.
+pub fn run(
+    cmd: &RewardCommand,
+    rerun: Option<&diffrl_viz::RerunSink>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     match cmd {
         RewardCommand::Train(a) => {
             let (mut cfg, _) = config::load(a.config.as_deref())?;
@@ -312,15 +461,48 @@ pub fn run(cmd: &RewardCommand, out: &mut dyn Write) -> anyhow::Result<()> {
             if let Some(s) = a.steps {
                 anyhow::ensure!(s >= 1, "--steps must be at least 1");
                 cfg.reward.progress.steps = s;
+                cfg.reward.spa_train.steps = s;
             }
+            if a.kind == "spa" {
+                crate::viz::ignored(rerun, "reward train --kind spa");
+                let rollouts = match &a.policy {
+                    Some(p) => policy_rollouts(&cfg, p, a.episodes, 7)?,
+                    None => Vec::new(),
+                };
+                let out_dir = a
+                    .out
+                    .clone()
+                    .unwrap_or_else(|| cfg.run.runs_dir.join(&cfg.run.name).join("reward/spa"));
+                train_spa(&cfg, a.dataset.as_deref(), rollouts, &out_dir, out)?;
+                return Ok(());
+            }
+            anyhow::ensure!(
+                a.policy.is_none(),
+                "--policy is for --kind spa (the progress model trains on demonstrations)"
+            );
             let out_dir = a
                 .out
                 .clone()
                 .unwrap_or_else(|| cfg.run.runs_dir.join(&cfg.run.name).join("reward/progress"));
-            train_progress(&cfg, a.dataset.as_deref(), &out_dir, true, out)?;
+            let recording = crate::viz::Recording::open(
+                rerun,
+                diffrl_viz::RerunSink::Off,
+                "reward train",
+                Timeline::EnvStep,
+                out,
+            )?;
+            train_progress(
+                &cfg,
+                a.dataset.as_deref(),
+                &out_dir,
+                true,
+                recording.recorder(),
+                out,
+            )?;
             Ok(())
         }
         RewardCommand::Eval(a) => {
+            crate::viz::ignored(rerun, "reward eval");
             let (cfg, _) = config::load(a.config.as_deref())?;
             let model = load_model(&a.model)?;
             check_model_space(&model, &cfg, &a.model)?;

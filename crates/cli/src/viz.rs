@@ -155,7 +155,8 @@ pub struct ViewArgs {
 
 /// Opens the recording in a new viewer process.
 pub fn view_cmd(args: &ViewArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let path = diffrl_viz::view::view(Path::new(&args.path))?;
-    writeln!(out, "opened {} in the Rerun Viewer", path.display())?;
+    let paths = diffrl_viz::view::view(Path::new(&args.path))?;
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    writeln!(out, "opened {} in the Rerun Viewer", names.join(", "))?;
     Ok(())
 }

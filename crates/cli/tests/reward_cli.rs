@@ -124,6 +124,78 @@ fn train_eval_and_shape_grpo_with_a_progress_model() {
     ])
     .unwrap();
     assert!(out.contains("score+srpo+shaped"), "{out}");
+    // SPA attribution from demonstrations plus rollouts of the policy; GRPO's process
+    // estimator then gets its contributions as step rewards.
+    let spa_dir = d.path().join("spa");
+    let spa = spa_dir.display().to_string();
+    let out = diffrl(&[
+        "reward",
+        "train",
+        "--kind",
+        "spa",
+        "--config",
+        &cfg,
+        "--dataset",
+        &shipped(),
+        "--policy",
+        &policy,
+        "--episodes",
+        "6",
+        "--steps",
+        "20",
+        "--out",
+        &spa,
+    ])
+    .unwrap();
+    assert!(
+        out.contains("6 policy rollouts") && out.contains("mean |sum of contributions - outcome|"),
+        "{out}"
+    );
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(spa_dir.join("reward.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["kind"], "spa");
+    assert!(
+        meta["info"]["held_out"]["mean_abs_error"]
+            .as_f64()
+            .is_some(),
+        "{meta}"
+    );
+    let with_spa = config(d.path(), "spa.toml", "");
+    let text = std::fs::read_to_string(&with_spa).unwrap()
+        + &format!("[reward.spa]\nmodel = \"{spa}\"\nweight = 0.5\n");
+    std::fs::write(&with_spa, text).unwrap();
+    let out = diffrl(&[
+        "grpo",
+        "--config",
+        &with_spa,
+        "--policy",
+        &policy,
+        "--out",
+        &d.path().join("grpo-spa").display().to_string(),
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    assert!(out.contains("score+spa"), "{out}");
+    // A progress model where an SPA model belongs is refused with the reason.
+    let wrong = config(d.path(), "wrong.toml", "");
+    let text =
+        std::fs::read_to_string(&wrong).unwrap() + &format!("[reward.spa]\nmodel = \"{model}\"\n");
+    std::fs::write(&wrong, text).unwrap();
+    let e = diffrl(&[
+        "grpo",
+        "--config",
+        &wrong,
+        "--policy",
+        &policy,
+        "--out",
+        &d.path().join("grpo-wrong").display().to_string(),
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap_err();
+    assert!(e.contains("not an SPA model"), "{e}");
 }
 
 #[test]

@@ -244,7 +244,7 @@ fn ctrl_c_then_rerun_resumes_to_the_uninterrupted_result() {
     assert!(log.contains("[4/5] grpo: resuming"), "{log}");
     assert!(
         b.join("recording-1.rrd").is_file(),
-        "the first recording kept"
+        "the rerun records into recording-1.rrd"
     );
     let wa = std::fs::read(a.join("grpo/policy/model.safetensors")).unwrap();
     let wb = std::fs::read(b.join("grpo/policy/model.safetensors")).unwrap();

@@ -7,6 +7,7 @@
 //! - [`shaping`]: policy-invariant shaping r + gamma Phi(s') - Phi(s) (and the non-invariant
 //!   ablation).
 //! - [`process`]: SRPO-style self-referential rewards for failed rollouts (within a group).
+//! - [`spa`]: SPA-style stepwise attribution: per-step contributions that sum to the outcome.
 //! - [`metrics`]: VOC, pairwise accuracy, success AUROC, monotonicity.
 #![warn(missing_docs)]
 
@@ -17,5 +18,6 @@ pub mod metrics;
 pub mod process;
 pub mod progress;
 pub mod shaping;
+pub mod spa;
 
 pub use error::RewardError;

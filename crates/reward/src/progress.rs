@@ -484,14 +484,16 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<ProgressModel<
             format!("{e} (a reward-model folder holds {META_FILE} and {WEIGHTS_FILE}; train one with `diffrl reward train`)"),
         )
     })?;
-    let meta: ProgressMeta =
+    let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| ck(&meta_path, format!("invalid JSON: {e}")))?;
-    if meta.kind != "progress" {
+    if value["kind"] != "progress" {
         return Err(ck(
             &meta_path,
-            format!("a {:?} model, not a progress model", meta.kind),
+            format!("a {} model, not a progress model", value["kind"]),
         ));
     }
+    let meta: ProgressMeta =
+        serde_json::from_value(value).map_err(|e| ck(&meta_path, format!("invalid JSON: {e}")))?;
     if meta.norm.dim() != meta.state_dim {
         return Err(ck(&meta_path, "normaliser and state_dim disagree".into()));
     }
