@@ -112,6 +112,9 @@ pub struct SpaMeta {
     pub kind: String,
     /// Width of the state observations it was trained on.
     pub state_dim: usize,
+    /// Contributions are the network's output times this, 1 / (mean training episode length),
+    /// so that an untrained network's sums are of the order of an outcome, not of T outcomes.
+    pub output_scale: f32,
     /// State normaliser.
     pub norm: Normalizer,
     /// Settings used.
@@ -181,7 +184,7 @@ impl<B: Backend> SpaModel<B> {
         let x = Tensor::<B, 2>::from_data(TensorData::new(x, [n, 2 * d]), &self.device);
         let out = {
             let net = self.net.lock().unwrap_or_else(|p| p.into_inner());
-            net.forward(x)
+            net.forward(x).mul_scalar(self.meta.output_scale)
         };
         let v: Vec<f32> = out
             .into_data()
@@ -261,6 +264,8 @@ pub fn train<B: AutodiffBackend>(
         .map(|(_, e)| step_features(e, &norm, d))
         .collect::<Result<_, _>>()?;
     let ys: Vec<f32> = eps.iter().map(|(i, _)| outcomes[*i] as f32).collect();
+    let mean_len = eps.iter().map(|(_, e)| e.len()).sum::<usize>() as f32 / eps.len() as f32;
+    let output_scale = 1.0 / mean_len.max(1.0);
     let mut net: SpaNet<B> =
         seeded_init::<B, _>(device, cfg.seed, || SpaNet::new(d, &cfg.hidden, device));
     let mut optim = AdamWConfig::new()
@@ -296,7 +301,7 @@ pub fn train<B: AutodiffBackend>(
         let seg = Tensor::<B, 2>::from_data(TensorData::new(seg, [e, n]), device);
         let y: Vec<f32> = batch.iter().map(|&i| ys[i]).collect();
         let y = Tensor::<B, 2>::from_data(TensorData::new(y, [e, 1]), device);
-        let sums = seg.matmul(net.forward(x).reshape([n, 1]));
+        let sums = seg.matmul(net.forward(x).mul_scalar(output_scale).reshape([n, 1]));
         let loss = (sums - y).square().mean();
         let lv: f64 = loss.clone().into_scalar().elem();
         if !lv.is_finite() {
@@ -316,6 +321,7 @@ pub fn train<B: AutodiffBackend>(
     let meta = SpaMeta {
         kind: "spa".into(),
         state_dim: d,
+        output_scale,
         norm,
         config: cfg.clone(),
         info: serde_json::json!({"train_episodes": eps.len(), "final_loss": last_loss}),
