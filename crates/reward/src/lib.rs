@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod folder;
 pub mod hop;
 pub mod labels;
 pub mod metrics;

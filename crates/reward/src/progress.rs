@@ -25,10 +25,7 @@ use crate::labels::{LabelKind, stage_labels, time_labels};
 use crate::metrics::{RewardMetrics, auroc, monotonicity, pairwise_accuracy, voc};
 use crate::shaping::ProgressFn;
 
-/// Weights file of a reward-model folder.
-pub const WEIGHTS_FILE: &str = "model.safetensors";
-/// Metadata file of a reward-model folder.
-pub const META_FILE: &str = "reward.json";
+pub use crate::folder::{META_FILE, WEIGHTS_FILE};
 
 /// Progress-model settings (`[reward.progress]` in a run config).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -451,57 +448,21 @@ use burn::tensor::ElementConversion as _;
 /// Writes the model folder (`model.safetensors` + `reward.json`) atomically.
 pub fn save<B: Backend>(model: &ProgressModel<B>, dir: &Path) -> Result<(), RewardError> {
     let net = model.net.lock().unwrap_or_else(|p| p.into_inner());
-    let weights = diffrl_policy::checkpoint::weights_to_bytes(&*net).map_err(|message| {
-        RewardError::Checkpoint {
-            path: dir.to_path_buf(),
-            message,
-        }
-    })?;
-    let meta = serde_json::to_vec_pretty(&model.meta).map_err(|e| RewardError::Checkpoint {
-        path: dir.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    diffrl_policy::checkpoint::write_dir_atomic(
-        dir,
-        &[(WEIGHTS_FILE, &weights), (META_FILE, &meta)],
-    )
-    .map_err(|e| RewardError::Checkpoint {
-        path: dir.to_path_buf(),
-        message: e.to_string(),
-    })
+    crate::folder::save(dir, &*net, &model.meta)
 }
 
 /// Loads a model folder written by [`save`].
 pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<ProgressModel<B>, RewardError> {
-    let ck = |path: &Path, message: String| RewardError::Checkpoint {
-        path: path.to_path_buf(),
-        message,
-    };
-    let meta_path = dir.join(META_FILE);
-    let text = std::fs::read_to_string(&meta_path).map_err(|e| {
-        ck(
-            &meta_path,
-            format!("{e} (a reward-model folder holds {META_FILE} and {WEIGHTS_FILE}; train one with `diffrl reward train`)"),
-        )
-    })?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| ck(&meta_path, format!("invalid JSON: {e}")))?;
-    if value["kind"] != "progress" {
-        return Err(ck(
-            &meta_path,
-            format!("a {} model, not a progress model", value["kind"]),
-        ));
-    }
     let meta: ProgressMeta =
-        serde_json::from_value(value).map_err(|e| ck(&meta_path, format!("invalid JSON: {e}")))?;
+        crate::folder::load_meta(dir, "progress", "a progress model", "diffrl reward train")?;
     if meta.norm.dim() != meta.state_dim {
-        return Err(ck(&meta_path, "normaliser and state_dim disagree".into()));
+        return Err(RewardError::Checkpoint {
+            path: dir.join(META_FILE),
+            message: "normaliser and state_dim disagree".into(),
+        });
     }
-    let w_path = dir.join(WEIGHTS_FILE);
-    let bytes = std::fs::read(&w_path).map_err(|e| ck(&w_path, e.to_string()))?;
     let mut net = ProgressNet::<B>::new(meta.state_dim, &meta.config.hidden, device);
-    diffrl_policy::checkpoint::weights_from_bytes(&mut net, bytes, &w_path)
-        .map_err(|e| ck(&w_path, e.to_string()))?;
+    crate::folder::load_weights(dir, &mut net)?;
     Ok(ProgressModel {
         net: Mutex::new(net),
         device: device.clone(),

@@ -25,10 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::RewardError;
 
-/// Weights file of an SPA model folder.
-pub const WEIGHTS_FILE: &str = "model.safetensors";
-/// Metadata file of an SPA model folder.
-pub const META_FILE: &str = "reward.json";
+pub use crate::folder::{META_FILE, WEIGHTS_FILE};
 
 /// SPA settings (`[reward.spa_model]`, `diffrl reward train --kind spa`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -335,48 +332,16 @@ pub fn train<B: AutodiffBackend>(
 
 /// Writes the model folder atomically.
 pub fn save<B: Backend>(model: &SpaModel<B>, dir: &Path) -> Result<(), RewardError> {
-    let ck = |message: String| RewardError::Checkpoint {
-        path: dir.to_path_buf(),
-        message,
-    };
     let net = model.net.lock().unwrap_or_else(|p| p.into_inner());
-    let weights = diffrl_policy::checkpoint::weights_to_bytes(&*net).map_err(ck)?;
-    let meta = serde_json::to_vec_pretty(&model.meta).map_err(|e| ck(e.to_string()))?;
-    diffrl_policy::checkpoint::write_dir_atomic(
-        dir,
-        &[(WEIGHTS_FILE, &weights), (META_FILE, &meta)],
-    )
-    .map_err(|e| ck(e.to_string()))
+    crate::folder::save(dir, &*net, &model.meta)
 }
 
 /// Loads a folder written by [`save`].
 pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<SpaModel<B>, RewardError> {
-    let ck = |path: &Path, message: String| RewardError::Checkpoint {
-        path: path.to_path_buf(),
-        message,
-    };
-    let meta_path = dir.join(META_FILE);
-    let text = std::fs::read_to_string(&meta_path).map_err(|e| {
-        ck(
-            &meta_path,
-            format!("{e} (train one with `diffrl reward train --kind spa`)"),
-        )
-    })?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| ck(&meta_path, format!("invalid JSON: {e}")))?;
-    if value["kind"] != "spa" {
-        return Err(ck(
-            &meta_path,
-            format!("a {} model, not an SPA model", value["kind"]),
-        ));
-    }
     let meta: SpaMeta =
-        serde_json::from_value(value).map_err(|e| ck(&meta_path, format!("invalid JSON: {e}")))?;
-    let w_path = dir.join(WEIGHTS_FILE);
-    let bytes = std::fs::read(&w_path).map_err(|e| ck(&w_path, e.to_string()))?;
+        crate::folder::load_meta(dir, "spa", "an SPA model", "diffrl reward train --kind spa")?;
     let mut net = SpaNet::<B>::new(meta.state_dim, &meta.config.hidden, device);
-    diffrl_policy::checkpoint::weights_from_bytes(&mut net, bytes, &w_path)
-        .map_err(|e| ck(&w_path, e.to_string()))?;
+    crate::folder::load_weights(dir, &mut net)?;
     Ok(SpaModel {
         net: Mutex::new(net),
         device: device.clone(),

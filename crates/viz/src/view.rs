@@ -88,7 +88,7 @@ mod tests {
             ["recording.rrd", "recording-2.rrd", "recording-10.rrd"]
         );
         let one = d.path().join("recording-2.rrd");
-        assert_eq!(recording_paths(&one).unwrap(), [one.clone()]);
+        assert_eq!(recording_paths(&one).unwrap(), vec![one]);
         assert!(recording_paths(&d.path().join("none.rrd")).is_err());
     }
 }
