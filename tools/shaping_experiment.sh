@@ -64,7 +64,7 @@ for arm in arms:
         if os.path.exists(p):
             e = json.load(open(p))
             rows.append((s, e["success_rate"], e["ci95"], e["mean_max_score"], e["successes"], e["episodes"]))
-    for s, sr, ci, mms in rows:
+    for s, sr, ci, mms, _, _ in rows:
         print(f"{arm:8} seed {s}: success {100*sr:5.1f}% ({100*ci[0]:.1f}-{100*ci[1]:.1f})  mean max score {mms:.3f}")
     if rows:
         k, n = sum(r[4] for r in rows), sum(r[5] for r in rows)
