@@ -17,7 +17,6 @@ use burn::tensor::{ElementConversion, Tensor, TensorData};
 use diffrl_core::episode::Episode;
 use diffrl_core::normalize::Normalizer;
 use diffrl_core::seeding::rng;
-use diffrl_policy::config::Activation;
 use diffrl_policy::nn::Mlp;
 use diffrl_policy::seeded_init;
 use rand::Rng as _;
@@ -32,11 +31,8 @@ pub struct HopNet<B: Backend> {
 
 impl<B: Backend> HopNet<B> {
     fn new(state_dim: usize, hidden: &[usize], device: &B::Device) -> Self {
-        let mut widths = vec![2 * state_dim];
-        widths.extend(hidden);
-        widths.push(1);
         Self {
-            mlp: Mlp::new(&widths, Activation::Mish, device),
+            mlp: crate::scalar_mlp(2 * state_dim, hidden, device),
         }
     }
 

@@ -22,3 +22,16 @@ pub mod shaping;
 pub mod spa;
 
 pub use error::RewardError;
+
+/// The trunk every reward network here uses: a Mish MLP from `inputs` through `hidden` to one
+/// output (each model adds its own head: sigmoid, tanh or none).
+pub(crate) fn scalar_mlp<B: burn::tensor::backend::Backend>(
+    inputs: usize,
+    hidden: &[usize],
+    device: &B::Device,
+) -> diffrl_policy::nn::Mlp<B> {
+    let mut widths = vec![inputs];
+    widths.extend(hidden);
+    widths.push(1);
+    diffrl_policy::nn::Mlp::new(&widths, diffrl_policy::config::Activation::Mish, device)
+}

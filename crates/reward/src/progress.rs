@@ -14,7 +14,6 @@ use diffrl_core::normalize::{Normalizer, RunningStats};
 use diffrl_core::seeding::rng;
 use diffrl_core::space::Observation;
 use diffrl_core::stages::StagePredicates;
-use diffrl_policy::config::Activation;
 use diffrl_policy::nn::Mlp;
 use diffrl_policy::seeded_init;
 use rand::Rng as _;
@@ -100,11 +99,8 @@ pub struct ProgressNet<B: Backend> {
 
 impl<B: Backend> ProgressNet<B> {
     fn new(state_dim: usize, hidden: &[usize], device: &B::Device) -> Self {
-        let mut widths = vec![state_dim];
-        widths.extend(hidden);
-        widths.push(1);
         Self {
-            mlp: Mlp::new(&widths, Activation::Mish, device),
+            mlp: crate::scalar_mlp(state_dim, hidden, device),
         }
     }
 
