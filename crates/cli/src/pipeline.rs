@@ -435,7 +435,12 @@ fn stages<B: AutodiffBackend>(
     // 4. GRPO from the BC checkpoint. Its training scalars follow BC's on the train_step
     // timeline of the recording.
     let h = header(3, "grpo");
-    let grpo_fp = json!({"pretrain": pre_fp, "grpo": cfg.grpo, "reward": {"outcome": cfg.reward.outcome, "success_bonus": cfg.reward.success_bonus, "shaping": cfg.reward.shaping, "srpo": cfg.reward.srpo}});
+    let mut reward_fp = json!({"outcome": cfg.reward.outcome, "success_bonus": cfg.reward.success_bonus, "shaping": cfg.reward.shaping, "srpo": cfg.reward.srpo});
+    // Only when set, so runs from before SPA existed keep their fingerprint.
+    if let Some(spa) = &cfg.reward.spa {
+        reward_fp["spa"] = json!(spa);
+    }
+    let grpo_fp = json!({"pretrain": pre_fp, "grpo": cfg.grpo, "reward": reward_fp});
     let (stage, state) = Stage::open(
         root.join("grpo"),
         grpo_fp.clone(),
