@@ -124,7 +124,7 @@ pub fn run(
     let root = cfg.run.runs_dir.join(&cfg.run.name);
     // The resolved config (overrides applied) is what the run folder records.
     let resolved = toml::to_string(&cfg).context("writing the resolved config")?;
-    check_existing(&root, &resolved, args, out)?;
+    check_existing(&root, &cfg, &resolved, args, out)?;
     let mut run = RunDir::open(&cfg.run.runs_dir, &cfg.run.name, &resolved)
         .with_context(|| format!("creating the run folder {}", root.display()))?;
     writeln!(out, "run folder: {}", root.display())?;
@@ -148,6 +148,7 @@ pub fn run(
 /// Refuses to overwrite a run made with another config unless told how.
 fn check_existing(
     root: &Path,
+    cfg: &RunConfig,
     resolved: &str,
     args: &RunArgs,
     out: &mut dyn Write,
@@ -181,7 +182,8 @@ fn check_existing(
         std::fs::remove_dir_all(root).with_context(|| format!("deleting {}", root.display()))?;
         return Ok(());
     }
-    if old == resolved {
+    // Equal as configs: settings added since the run was made read as their defaults.
+    if old == resolved || toml::from_str::<RunConfig>(&old).is_ok_and(|o| o == *cfg) {
         return Ok(());
     }
     let diff = config_diff(&old, resolved);

@@ -108,6 +108,23 @@ fn every_stage_then_reuse_then_config_changes() {
         (&s2["bc"], &s2["grpo"], &s2["reward"])
     );
 
+    // A run made before a settings table existed: the table reads as its defaults, so the
+    // config is the same and every stage is reused.
+    let text = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    let start = text
+        .find("[reward.spa_train]")
+        .expect("the resolved config lists it");
+    let end = text[start + 1..]
+        .find("\n[")
+        .map_or(text.len(), |i| start + 2 + i);
+    std::fs::write(
+        run.join("config.toml"),
+        format!("{}{}", &text[..start], &text[end..]),
+    )
+    .unwrap();
+    let older = diffrl(&["run", &cfg, "--out", &out, "--rerun", "off"]).unwrap();
+    assert_eq!(older.matches("reusing").count(), 4, "{older}");
+
     // Another config: refused with the difference and the ways out.
     let cfg3 = config(d.path(), "lr = 0.0003\n");
     let e = diffrl(&["run", &cfg3, "--out", &out, "--rerun", "off"]).unwrap_err();
