@@ -713,11 +713,10 @@ impl Recorder for Shifted<'_> {
 }
 
 fn summary_json(r: &Results, total: f64, quick: bool) -> Value {
-    let eval = |e: &EvalReport| json!({"success_rate": e.success_rate, "ci95": e.ci95, "mean_max_score": e.mean_max_score, "episodes": e.episodes, "successes": e.successes, "mean_length": e.mean_length});
     let paired = paired_score_diff(&r.bc, &r.grpo);
     json!({
-        "bc": eval(&r.bc),
-        "grpo": eval(&r.grpo),
+        "bc": brief(&r.bc),
+        "grpo": brief(&r.grpo),
         "grpo_minus_bc": {
             "success_rate": r.grpo.success_rate - r.bc.success_rate,
             "mean_max_score": paired.map(|p| p.0),

@@ -373,7 +373,7 @@ pub fn train_spa(
         .map(|(a, b)| (a - b).abs())
         .sum::<f64>()
         / n;
-    let corr = pearson(&sums, &truth);
+    let corr = diffrl_reward::metrics::pearson(&sums, &truth);
     let metrics = serde_json::json!({"held_out_episodes": held.len(), "mean_abs_error": mae, "correlation": corr});
     writeln!(
         out,
@@ -386,18 +386,6 @@ pub fn train_spa(
     diffrl_reward::spa::save(&model, out_dir)?;
     writeln!(out, "wrote {}", out_dir.display())?;
     Ok(metrics)
-}
-
-fn pearson(a: &[f64], b: &[f64]) -> Option<f64> {
-    let n = a.len() as f64;
-    if a.len() < 2 {
-        return None;
-    }
-    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
-    let cov: f64 = a.iter().zip(b).map(|(x, y)| (x - ma) * (y - mb)).sum();
-    let va: f64 = a.iter().map(|x| (x - ma).powi(2)).sum();
-    let vb: f64 = b.iter().map(|y| (y - mb).powi(2)).sum();
-    (va > 0.0 && vb > 0.0).then(|| cov / (va * vb).sqrt())
 }
 
 /// Rollouts of a policy checkpoint on the configured environment (stochastic chains).

@@ -27,6 +27,22 @@ fn config(dir: &Path, name: &str, extra: &str) -> String {
     p.display().to_string()
 }
 
+/// `diffrl grpo` from `policy` into `dir/out`, no final evaluation.
+fn grpo(dir: &Path, cfg: &str, policy: &str, out: &str) -> Result<String, String> {
+    let out = dir.join(out).display().to_string();
+    diffrl(&[
+        "grpo",
+        "--config",
+        cfg,
+        "--policy",
+        policy,
+        "--out",
+        &out,
+        "--eval-episodes",
+        "0",
+    ])
+}
+
 #[test]
 fn train_eval_and_shape_grpo_with_a_progress_model() {
     let d = tempfile::tempdir().unwrap();
@@ -93,36 +109,14 @@ fn train_eval_and_shape_grpo_with_a_progress_model() {
     let text = std::fs::read_to_string(&shaped).unwrap()
         + &format!("[reward.shaping]\nmodel = \"{model}\"\ngamma = 0.99\n");
     std::fs::write(&shaped, text).unwrap();
-    let out = diffrl(&[
-        "grpo",
-        "--config",
-        &shaped,
-        "--policy",
-        &policy,
-        "--out",
-        &d.path().join("grpo").display().to_string(),
-        "--eval-episodes",
-        "0",
-    ])
-    .unwrap();
+    let out = grpo(d.path(), &shaped, &policy, "grpo").unwrap();
     assert!(out.contains("shaped(progress, gamma 0.99)"), "{out}");
     // SRPO outcomes under the same shaping.
     let srpo = config(d.path(), "srpo.toml", "");
     let text = std::fs::read_to_string(&srpo).unwrap()
         + &format!("[reward.shaping]\nmodel = \"{model}\"\n[reward.srpo]\nlength_scale = 40.0\n");
     std::fs::write(&srpo, text).unwrap();
-    let out = diffrl(&[
-        "grpo",
-        "--config",
-        &srpo,
-        "--policy",
-        &policy,
-        "--out",
-        &d.path().join("grpo-srpo").display().to_string(),
-        "--eval-episodes",
-        "0",
-    ])
-    .unwrap();
+    let out = grpo(d.path(), &srpo, &policy, "grpo-srpo").unwrap();
     assert!(out.contains("score+srpo+shaped"), "{out}");
     // SPA attribution from demonstrations plus rollouts of the policy; GRPO's process
     // estimator then gets its contributions as step rewards.
@@ -165,36 +159,14 @@ fn train_eval_and_shape_grpo_with_a_progress_model() {
     let text = std::fs::read_to_string(&with_spa).unwrap()
         + &format!("[reward.spa]\nmodel = \"{spa}\"\nweight = 0.5\n");
     std::fs::write(&with_spa, text).unwrap();
-    let out = diffrl(&[
-        "grpo",
-        "--config",
-        &with_spa,
-        "--policy",
-        &policy,
-        "--out",
-        &d.path().join("grpo-spa").display().to_string(),
-        "--eval-episodes",
-        "0",
-    ])
-    .unwrap();
+    let out = grpo(d.path(), &with_spa, &policy, "grpo-spa").unwrap();
     assert!(out.contains("score+spa"), "{out}");
     // A progress model where an SPA model belongs is refused with the reason.
     let wrong = config(d.path(), "wrong.toml", "");
     let text =
         std::fs::read_to_string(&wrong).unwrap() + &format!("[reward.spa]\nmodel = \"{model}\"\n");
     std::fs::write(&wrong, text).unwrap();
-    let e = diffrl(&[
-        "grpo",
-        "--config",
-        &wrong,
-        "--policy",
-        &policy,
-        "--out",
-        &d.path().join("grpo-wrong").display().to_string(),
-        "--eval-episodes",
-        "0",
-    ])
-    .unwrap_err();
+    let e = grpo(d.path(), &wrong, &policy, "grpo-wrong").unwrap_err();
     assert!(e.contains("not an SPA model"), "{e}");
 }
 

@@ -428,15 +428,6 @@ mod tests {
         (ep, moves)
     }
 
-    fn corr(a: &[f64], b: &[f64]) -> f64 {
-        let n = a.len() as f64;
-        let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
-        let cov: f64 = a.iter().zip(b).map(|(x, y)| (x - ma) * (y - mb)).sum();
-        let va: f64 = a.iter().map(|x| (x - ma).powi(2)).sum();
-        let vb: f64 = b.iter().map(|y| (y - mb).powi(2)).sum();
-        cov / (va * vb).sqrt()
-    }
-
     #[test]
     fn contributions_sum_to_the_outcome_and_find_the_steps_that_mattered() {
         let data: Vec<(Episode, Vec<f64>)> =
@@ -471,7 +462,7 @@ mod tests {
             max_err < 0.25,
             "held-out sums miss the outcomes by up to {max_err}"
         );
-        let rho = corr(&c_all, &m_all);
+        let rho = crate::metrics::pearson(&c_all, &m_all).unwrap();
         assert!(
             rho > 0.95,
             "per-step contributions vs true displacements: r = {rho}"
