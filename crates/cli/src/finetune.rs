@@ -44,7 +44,8 @@ pub struct FinetuneArgs {
     /// Override [grpo].iterations.
     #[arg(long)]
     pub iterations: Option<usize>,
-    /// Override [grpo.advantage].estimator (grpo, dr-grpo, vg-grpo, process, gigpo).
+    /// Override [grpo.advantage].estimator (grpo, dr-grpo, vg-grpo, process, gigpo,
+    /// grpo-process).
     #[arg(long, value_parser = parse_estimator)]
     pub estimator: Option<Estimator>,
     /// Override [run].seed.
@@ -60,7 +61,7 @@ pub struct FinetuneArgs {
 
 fn parse_estimator(s: &str) -> Result<Estimator, String> {
     serde_json::from_value(serde_json::Value::String(s.into())).map_err(|_| {
-        format!("unknown estimator {s:?}; available: grpo, dr-grpo, vg-grpo, process, gigpo")
+        format!("unknown estimator {s:?}; available: grpo, dr-grpo, vg-grpo, process, gigpo, grpo-process")
     })
 }
 
@@ -100,6 +101,15 @@ impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
                 (Topic::Speed, "update_pairs_per_s", l.update_pairs_per_s),
             ],
         );
+        if let Some(p) = &l.prm {
+            self.rec.train_scalars(
+                l.iteration as i64,
+                &[
+                    (Topic::Loss, "implicit_prm_dpo", p.loss),
+                    (Topic::Reward, "implicit_prm_pair_accuracy", p.accuracy),
+                ],
+            );
+        }
         self.pb.set_position(l.iteration as u64);
         self.pb.set_message(format!(
             "success {:.0}% reward {:.3} kl {:.1e} clip {:.2} | {:.0} env steps/s",
@@ -204,7 +214,7 @@ pub fn finetune_recorded<B: AutodiffBackend>(
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     writeln!(
         out,
-        "{stage}: {} iterations x {} rollouts ({} ); estimator {}; K' = {} of K = {}; reward {} + {} x success; from {}",
+        "{stage}: {} iterations x {} rollouts ({} ); estimator {}; K' = {} of K = {}; reward {} + {} x success{}; from {}",
         g.iterations,
         n_env,
         match algorithm {
@@ -219,6 +229,10 @@ pub fn finetune_recorded<B: AutodiffBackend>(
         reference.chain_len(),
         reward.name(),
         cfg.reward.success_bonus,
+        g.implicit_prm.as_ref().map_or(String::new(), |p| format!(
+            "; step rewards from an implicit PRM (trajectory DPO, beta {}, lr {})",
+            p.beta, p.lr
+        )),
         policy_dir.display()
     )?;
     let pb = bar(

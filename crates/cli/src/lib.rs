@@ -115,6 +115,9 @@ pub enum Command {
     /// Progress reward models: `train` on demonstrations, `eval` their metrics.
     #[command(subcommand)]
     Reward(reward_cmd::RewardCommand),
+    /// Learning curves of fine-tuning runs against environment steps, one line per arm averaged
+    /// over its runs (seeds): `diffrl plot --out curves.png grpo=runs/a,runs/b shaped=runs/c`.
+    Plot(plots::PlotArgs),
     /// Open a recording in the Rerun Viewer: a run folder (its recording.rrd) or an .rrd file.
     View(viz::ViewArgs),
     /// Read a LeRobot dataset folder and print its summary (checks it end to end).
@@ -184,6 +187,7 @@ where
             viz::ignored(rerun, "bench");
             bench::run(&args, out)
         }
+        Command::Plot(args) => plots::plot_cmd(&args, out),
         Command::View(args) => viz::view_cmd(&args, out),
         Command::Inspect { dataset } => {
             viz::ignored(rerun, "inspect");

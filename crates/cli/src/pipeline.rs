@@ -28,7 +28,7 @@ use diffrl_reward::metrics::RewardMetrics;
 use serde_json::{Value, json};
 
 use crate::config::{self, RunConfig};
-use crate::plots::{Panel, Series};
+use crate::plots::{Panel, Series, curve, metrics_lines};
 use crate::train::{DeviceArg, check_spec, env_spec, run_eval_recorded, write_report};
 use crate::viz::Recording;
 use crate::{demos, finetune, reward_cmd, train};
@@ -801,35 +801,6 @@ fn mcnemar(bc: &EvalReport, grpo: &EvalReport) -> Option<(usize, usize, f64)> {
 }
 
 /// Reads the JSON lines of a metrics.jsonl (unreadable lines skipped).
-fn metrics_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .map(|t| {
-            t.lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `(x, y)` from records `rec[section][x_key]`, `rec[section][y_key]`; a resumed run logs some
-/// steps twice: the last record of a step wins.
-fn curve(
-    lines: &[Value],
-    section: &str,
-    x_key: &str,
-    y_key: &str,
-    f: fn(f64) -> f64,
-) -> Vec<(f64, f64)> {
-    let mut m = std::collections::BTreeMap::new();
-    for l in lines {
-        let s = &l[section];
-        if let (Some(x), Some(y)) = (s[x_key].as_u64(), s[y_key].as_f64()) {
-            m.insert(x, f(y));
-        }
-    }
-    m.into_iter().map(|(x, y)| (x as f64, y)).collect()
-}
-
 fn plots(root: &Path, r: &Results) -> anyhow::Result<Vec<(String, String)>> {
     let dir = root.join("plots");
     let mut written = Vec::new();

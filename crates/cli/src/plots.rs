@@ -5,8 +5,9 @@
 use std::path::Path;
 use std::sync::Once;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use plotters::prelude::*;
+use serde_json::Value;
 
 /// One line of a panel.
 #[derive(Debug, Clone)]
@@ -28,6 +29,36 @@ pub struct Panel {
     pub y_label: String,
     /// Lines.
     pub series: Vec<Series>,
+}
+
+/// The JSON lines of a metrics.jsonl (unreadable lines skipped; a missing file gives none).
+pub(crate) fn metrics_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `(x, y)` from records `rec[section][x_key]`, `rec[section][y_key]`; a resumed run logs some
+/// steps twice: the last record of a step wins.
+pub(crate) fn curve(
+    lines: &[Value],
+    section: &str,
+    x_key: &str,
+    y_key: &str,
+    f: fn(f64) -> f64,
+) -> Vec<(f64, f64)> {
+    let mut m = std::collections::BTreeMap::new();
+    for l in lines {
+        let s = &l[section];
+        if let (Some(x), Some(y)) = (s[x_key].as_u64(), s[y_key].as_f64()) {
+            m.insert(x, f(y));
+        }
+    }
+    m.into_iter().map(|(x, y)| (x as f64, y)).collect()
 }
 
 const FONT: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans.ttf");
@@ -84,6 +115,17 @@ pub fn write_png(path: &Path, panels: &[Panel]) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
+/// Axis tick text: whole numbers without a fraction (20000, not 20000.0), others as plotters
+/// would write them.
+fn tick(v: &f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
 fn draw(rgb: &mut [u8], width: u32, panels: &[Panel]) -> Result<(), Box<dyn std::error::Error>> {
     let root = BitMapBackend::with_buffer(rgb, (width, HEIGHT)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -102,6 +144,8 @@ fn draw(rgb: &mut [u8], width: u32, panels: &[Panel]) -> Result<(), Box<dyn std:
             .configure_mesh()
             .x_desc(p.x_label.as_str())
             .y_desc(p.y_label.as_str())
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
             .label_style(("sans-serif", 13))
             .draw()?;
         for (i, s) in p.series.iter().enumerate() {
@@ -186,4 +230,173 @@ mod tests {
         assert!(dark > 2000, "axes and text drawn: {dark} dark pixels");
         assert!(write_png(&p, &[]).is_err());
     }
+}
+
+/// `diffrl plot`: learning curves of fine-tuning runs, one line per arm, averaged over its runs
+/// (seeds).
+#[derive(Debug, clap::Args)]
+pub struct PlotArgs {
+    /// LABEL=DIR[,DIR...]: the runs of one arm (folders with the metrics.jsonl of `diffrl grpo`
+    /// or `diffrl ppo`), averaged iteration by iteration over the iterations all of them have.
+    #[arg(required = true, value_name = "LABEL=DIRS")]
+    pub arms: Vec<String>,
+    /// Where the PNG goes.
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// Horizontal axis: environment steps (mean over the arm's runs) or iterations.
+    #[arg(long, value_enum, default_value_t = XAxis::EnvSteps)]
+    pub x: XAxis,
+}
+
+/// The horizontal axis of `diffrl plot`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum XAxis {
+    /// Environment steps collected so far.
+    EnvSteps,
+    /// Fine-tuning iterations.
+    Iteration,
+}
+
+/// One arm: its label and the `train` records of each run, by iteration.
+struct Arm {
+    label: String,
+    runs: Vec<std::collections::BTreeMap<u64, Value>>,
+}
+
+impl Arm {
+    /// (mean x, mean y) over the runs at every iteration they all have.
+    fn mean_curve(&self, x: XAxis, key: &str, scale: f64) -> Vec<(f64, f64)> {
+        let Some(first) = self.runs.first() else {
+            return Vec::new();
+        };
+        let n = self.runs.len() as f64;
+        first
+            .keys()
+            .filter(|it| self.runs.iter().all(|r| r.contains_key(it)))
+            .filter_map(|it| {
+                let (mut xs, mut ys) = (0.0, 0.0);
+                for r in &self.runs {
+                    let rec = &r[it];
+                    xs += match x {
+                        XAxis::EnvSteps => rec["env_steps"].as_f64()?,
+                        XAxis::Iteration => *it as f64,
+                    };
+                    ys += rec[key].as_f64()?;
+                }
+                Some((xs / n, scale * ys / n))
+            })
+            .collect()
+    }
+}
+
+/// Reads the arms, draws rollout success and mean max score (and evaluation success when the
+/// runs evaluated during training) against `x`, and prints each arm's final evaluation.
+pub fn plot_cmd(args: &PlotArgs, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    let mut arms = Vec::new();
+    for spec in &args.arms {
+        let Some((label, dirs)) = spec.split_once('=') else {
+            bail!("{spec:?}: expected LABEL=DIR[,DIR...]");
+        };
+        let mut runs = Vec::new();
+        for dir in dirs.split(',').filter(|d| !d.is_empty()) {
+            let path = Path::new(dir).join("metrics.jsonl");
+            anyhow::ensure!(
+                path.is_file(),
+                "{}: no such file (arm {label:?})",
+                path.display()
+            );
+            let mut by_it = std::collections::BTreeMap::new();
+            for l in metrics_lines(&path) {
+                if let Some(it) = l["train"]["iteration"].as_u64() {
+                    // A resumed run logs some iterations twice: the last record wins.
+                    by_it.insert(it, l["train"].clone());
+                }
+            }
+            anyhow::ensure!(
+                !by_it.is_empty(),
+                "{}: no training iterations in it (arm {label:?})",
+                path.display()
+            );
+            runs.push(by_it);
+        }
+        anyhow::ensure!(!runs.is_empty(), "{spec:?}: no run folders after '='");
+        arms.push(Arm {
+            label: format!(
+                "{label} ({} run{})",
+                runs.len(),
+                if runs.len() == 1 { "" } else { "s" }
+            ),
+            runs,
+        });
+    }
+    let x_label = match args.x {
+        XAxis::EnvSteps => "environment steps (mean over runs)",
+        XAxis::Iteration => "iteration",
+    };
+    let panel = |title: &str, key: &str, y: &str| Panel {
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: y.into(),
+        series: arms
+            .iter()
+            .map(|a| Series {
+                label: a.label.clone(),
+                points: a.mean_curve(args.x, key, 100.0),
+            })
+            .collect(),
+    };
+    write_png(
+        &args.out,
+        &[
+            panel(
+                "Training rollouts: success (stochastic chains)",
+                "success_rate",
+                "success % (mean over runs)",
+            ),
+            panel(
+                "Training rollouts: mean max score",
+                "mean_max_score",
+                "mean max score x 100 (mean over runs)",
+            ),
+        ],
+    )?;
+    writeln!(out, "wrote {}", args.out.display())?;
+    for (spec, arm) in args.arms.iter().zip(&arms) {
+        let last = arm.mean_curve(args.x, "success_rate", 100.0);
+        let dirs = spec.split_once('=').map_or("", |(_, d)| d);
+        let evals: Vec<Value> = dirs
+            .split(',')
+            .filter_map(|d| std::fs::read_to_string(Path::new(d).join("eval.json")).ok())
+            .filter_map(|t| serde_json::from_str(&t).ok())
+            .collect();
+        let (k, n) = evals.iter().fold((0, 0), |(k, n), e| {
+            (
+                k + e["successes"].as_u64().unwrap_or(0),
+                n + e["episodes"].as_u64().unwrap_or(0),
+            )
+        });
+        let eval = if n > 0 {
+            let (lo, hi) = diffrl_core::episode::wilson_interval(k as usize, n as usize, 1.96);
+            format!(
+                "; evaluation {:.1}% ({k}/{n}, Wilson 95% {:.1}-{:.1}%)",
+                100.0 * k as f64 / n as f64,
+                100.0 * lo,
+                100.0 * hi
+            )
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "{}: last rollout success {:.1}% at {:.0} {}{eval}",
+            arm.label,
+            last.last().map_or(f64::NAN, |p| p.1),
+            last.last().map_or(f64::NAN, |p| p.0),
+            match args.x {
+                XAxis::EnvSteps => "environment steps",
+                XAxis::Iteration => "iterations",
+            }
+        )?;
+    }
+    Ok(())
 }

@@ -168,3 +168,90 @@ fn bad_settings_and_mismatched_checkpoints_are_refused() {
     let e = run(&cfg, &other, &["--resume"]).unwrap_err();
     assert!(e.contains("another") && e.contains("policy"), "{e}");
 }
+
+#[test]
+fn implicit_prm_from_the_config_then_curves_with_diffrl_plot() {
+    let d = tempfile::tempdir().unwrap();
+    let base = config(d.path(), "c.toml", "iterations = 2\n");
+    let policy = pretrain(d.path(), &base, "bc");
+    let prm = config(
+        d.path(),
+        "prm.toml",
+        "iterations = 2\n[grpo.advantage]\nestimator = \"grpo-process\"\n\
+         [grpo.implicit_prm]\nbeta = 0.5\nlr = 0.001\n",
+    );
+    let mut arms = Vec::new();
+    for (name, cfg) in [("outcome", &base), ("prm", &prm)] {
+        let out = d.path().join(name);
+        let log = diffrl(&[
+            "grpo",
+            "--config",
+            cfg,
+            "--policy",
+            &policy,
+            "--out",
+            &out.display().to_string(),
+            "--eval-episodes",
+            "2",
+        ])
+        .unwrap();
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|l: &serde_json::Value| l.get("train").is_some())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        if name == "prm" {
+            assert!(
+                log.contains("implicit PRM (trajectory DPO, beta 0.5"),
+                "{log}"
+            );
+            for l in &lines {
+                let p = &l["train"]["prm"];
+                assert!(p["loss"].as_f64().unwrap().is_finite(), "{l}");
+                assert!(p["pairs"].as_u64().is_some(), "{l}");
+            }
+        } else {
+            assert!(lines.iter().all(|l| l["train"].get("prm").is_none()));
+        }
+        arms.push(format!("{name}={}", out.display()));
+    }
+    // The implicit PRM with an estimator that ignores step rewards is refused.
+    let bad = config(
+        d.path(),
+        "bad.toml",
+        "iterations = 2\n[grpo.implicit_prm]\nbeta = 0.5\n",
+    );
+    let e = diffrl(&["grpo", "--config", &bad, "--policy", &policy]).unwrap_err();
+    assert!(e.contains("implicit_prm") && e.contains("estimator"), "{e}");
+
+    // `diffrl plot`: one line per arm (the same run twice averages to itself).
+    let png = d.path().join("curves.png");
+    let twice = format!("{},{}", arms[1], arms[1].split_once('=').unwrap().1);
+    let out = diffrl(&[
+        "plot",
+        "--out",
+        &png.display().to_string(),
+        &arms[0],
+        &twice,
+    ])
+    .unwrap();
+    assert!(
+        out.contains("outcome (1 run)") && out.contains("prm (2 runs)"),
+        "{out}"
+    );
+    assert!(out.contains("evaluation") && out.contains("/4,"), "{out}");
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+    let e = diffrl(&["plot", "--out", &png.display().to_string(), "nolabel"]).unwrap_err();
+    assert!(e.contains("LABEL=DIR"), "{e}");
+    let e = diffrl(&[
+        "plot",
+        "--out",
+        &png.display().to_string(),
+        "x=/nonexistent",
+    ])
+    .unwrap_err();
+    assert!(e.contains("/nonexistent/metrics.jsonl"), "{e}");
+}

@@ -34,11 +34,12 @@ use diffrl_policy::config::Activation;
 use diffrl_policy::encoder::ObsTensors;
 use diffrl_policy::nn::Mlp;
 use diffrl_policy::{ObsBatch, Policy, PolicyModel, seeded_init};
+use diffrl_reward::implicit::{ChainCall, DpoStats, ImplicitPrm, ImplicitPrmConfig};
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
 use crate::LearnError;
-use crate::advantages::{AdvantageConfig, GroupRewards, dapo_keep, group_advantages};
+use crate::advantages::{AdvantageConfig, Estimator, GroupRewards, dapo_keep, group_advantages};
 use crate::optim::clip_grad_norm;
 use crate::rollout::{CollectStats, GroupRollout, collect_groups_recorded, record_rollout_series};
 use crate::state::{self, STATE_DIR};
@@ -129,6 +130,12 @@ pub struct GrpoConfig {
     pub eval_every: usize,
     /// PPO settings.
     pub ppo: PpoConfig,
+    /// OPRL implicit process reward model (`[grpo.implicit_prm]`): a policy copy trained with
+    /// trajectory DPO on each batch; its log-ratio to the behaviour policy becomes the step
+    /// rewards (replacing the reward module's), read by the `process`, `grpo-process` and
+    /// `gigpo` estimators. Absent = off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub implicit_prm: Option<ImplicitPrmConfig>,
 }
 
 impl Default for GrpoConfig {
@@ -155,6 +162,7 @@ impl Default for GrpoConfig {
             checkpoint_every: 1,
             eval_every: 0,
             ppo: PpoConfig::default(),
+            implicit_prm: None,
         }
     }
 }
@@ -210,6 +218,19 @@ impl Validate for GrpoConfig {
         self.advantage
             .validate()
             .map_err(|e| Invalid::new("advantage", e.to_string()))?;
+        if let Some(prm) = &self.implicit_prm {
+            prm.validate()
+                .map_err(|e| Invalid::new("implicit_prm", e.to_string()))?;
+            ensure(
+                matches!(
+                    self.advantage.estimator,
+                    Estimator::Process | Estimator::GrpoProcess | Estimator::Gigpo
+                ),
+                "implicit_prm",
+                "gives step rewards, which only the process, grpo-process and gigpo estimators \
+                 read; set [grpo.advantage].estimator to one of them",
+            )?;
+        }
         Ok(())
     }
 }
@@ -273,6 +294,9 @@ pub struct GrpoLog {
     pub update_pairs_per_s: f64,
     /// Seconds since this process started.
     pub elapsed_s: f64,
+    /// The implicit PRM's DPO update, when one is trained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prm: Option<DpoStats>,
 }
 
 /// Callbacks from the loop.
@@ -415,6 +439,20 @@ pub fn train<E: Env, B: AutodiffBackend>(
         })
     });
     let mut critic_optim = AdamWConfig::new().init::<B, Critic<B>>();
+    if cfg.implicit_prm.is_some() && algorithm == Algorithm::Ppo {
+        return Err(LearnError::Data(
+            "grpo.implicit_prm ranks the rollouts of a group by outcome; PPO plays no groups \
+             (use `diffrl grpo`)"
+                .into(),
+        ));
+    }
+    let mut prm = match &cfg.implicit_prm {
+        Some(c) => Some(
+            ImplicitPrm::<B>::new(&policy.valid(), c.clone())
+                .map_err(|e| LearnError::Data(format!("grpo.implicit_prm: {e}")))?,
+        ),
+        None => None,
+    };
     let mut start = 0;
     let (mut env_steps, mut episodes) = (0usize, 0usize);
     let state_dir = out.join(STATE_DIR);
@@ -445,6 +483,14 @@ pub fn train<E: Env, B: AutodiffBackend>(
             critic = Some(c.load_record(state::load(&state_dir, "critic.mpk", &device)?));
             critic_optim =
                 critic_optim.load_record(state::load(&state_dir, "critic_optim.mpk", &device)?);
+        }
+        if let Some(p) = prm.as_mut() {
+            let read = |name: &str| {
+                let path = state_dir.join(name);
+                std::fs::read(&path).map_err(|source| LearnError::Io { path, source })
+            };
+            p.load_state(read(PRM_FILES[0])?, read(PRM_FILES[1])?)
+                .map_err(|e| LearnError::Resume(format!("{STATE_DIR}: {e}")))?;
         }
         start = st.iteration;
         env_steps = st.env_steps;
@@ -576,6 +622,17 @@ pub fn train<E: Env, B: AutodiffBackend>(
         if algorithm == Algorithm::Grpo {
             hooks.recorder().group_stats(&all_outcomes, group_size);
         }
+
+        // The implicit PRM learns from this batch, then scores its policy calls.
+        let prm_stats = match prm.as_mut() {
+            Some(p) => Some(implicit_step_rewards(
+                p,
+                &kept,
+                &mut rollout_rewards,
+                group_size,
+            )?),
+            None => None,
+        };
 
         // Advantages per (rollout, decision).
         let mut returns = Vec::new();
@@ -726,6 +783,7 @@ pub fn train<E: Env, B: AutodiffBackend>(
             collect_steps_per_s: stats.env_steps as f64 / collect_s.max(1e-9),
             update_pairs_per_s: (acc.n as f64) / update_s.max(1e-9),
             elapsed_s: t0.elapsed().as_secs_f64(),
+            prm: prm_stats,
         };
         hooks.log(&line);
         last = Some(line);
@@ -743,11 +801,17 @@ pub fn train<E: Env, B: AutodiffBackend>(
                 env_steps,
                 episodes,
             };
+            let prm_state = prm
+                .as_ref()
+                .map(ImplicitPrm::state_bytes)
+                .transpose()
+                .map_err(|e| LearnError::Data(e.to_string()))?;
             save_state(
                 &policy,
                 &optim,
                 critic.as_ref(),
                 &critic_optim,
+                prm_state,
                 &st,
                 out,
                 last_eval.clone(),
@@ -764,6 +828,49 @@ pub fn train<E: Env, B: AutodiffBackend>(
         interrupted,
         last,
     })
+}
+
+/// Files of the implicit PRM in `train_state/`: pi_phi's weights and its optimiser.
+const PRM_FILES: [&str; 2] = ["prm.mpk", "prm_optim.mpk"];
+
+/// Trains the implicit PRM on a batch (groups of `group_size` consecutive rollouts, ranked by
+/// their outcomes) and replaces every rollout's step rewards by its rewards: a policy call's
+/// reward goes to the environment step its chunk started at (zeros elsewhere), so summing
+/// over executed steps gives it back per decision.
+fn implicit_step_rewards<B: AutodiffBackend>(
+    prm: &mut ImplicitPrm<B>,
+    kept: &[GroupRollout],
+    rewards: &mut [diffrl_core::reward::EpisodeRewards],
+    group_size: usize,
+) -> Result<DpoStats, LearnError> {
+    let err = |e: diffrl_reward::RewardError| LearnError::Data(e.to_string());
+    let calls: Vec<Vec<ChainCall<'_>>> = kept
+        .iter()
+        .map(|r| {
+            r.decisions
+                .iter()
+                .map(|d| ChainCall {
+                    state: &d.state,
+                    image: d.image.as_deref(),
+                    chain: &d.chain,
+                    old_logp: &d.logp,
+                })
+                .collect()
+        })
+        .collect();
+    let views: Vec<&[ChainCall<'_>]> = calls.iter().map(Vec::as_slice).collect();
+    let outcomes: Vec<f64> = rewards.iter().map(|r| r.outcome).collect();
+    let stats = prm.update(&views, &outcomes, group_size).map_err(err)?;
+    for ((r, rw), v) in kept.iter().zip(rewards.iter_mut()).zip(&views) {
+        let mut per_step = vec![0.0; r.episode.len()];
+        for (d, x) in r.decisions.iter().zip(prm.call_rewards(v).map_err(err)?) {
+            if let Some(slot) = per_step.get_mut(d.env_step) {
+                *slot += x;
+            }
+        }
+        rw.per_step = Some(per_step);
+    }
+    Ok(stats)
 }
 
 /// Group-relative advantages per (rollout, decision) and the number of zero-variance groups.
@@ -1132,6 +1239,7 @@ fn save_state<B: AutodiffBackend, O: Optimizer<PolicyModel<B>, B>, OC: Optimizer
     optim: &O,
     critic: Option<&Critic<B>>,
     critic_optim: &OC,
+    prm: Option<[Vec<u8>; 2]>,
     st: &TrainState,
     out: &Path,
     eval: Option<serde_json::Value>,
@@ -1156,6 +1264,10 @@ fn save_state<B: AutodiffBackend, O: Optimizer<PolicyModel<B>, B>, OC: Optimizer
             "critic_optim.mpk",
             state::bytes::<B, _>(critic_optim.to_record(), "critic_optim.mpk")?,
         ));
+    }
+    if let Some([model, optim]) = prm {
+        files.push((PRM_FILES[0], model));
+        files.push((PRM_FILES[1], optim));
     }
     files.push(("state.json", state));
     let info = serde_json::json!({

@@ -14,12 +14,14 @@ use diffrl_core::reward::{Outcome, OutcomeReward};
 use diffrl_core::seeding::rng;
 use diffrl_core::space::{BoxSpace, Observation, ObservationSpace};
 use diffrl_core::vec_env::{AutoReset, VecEnv};
+use diffrl_learn::advantages::{AdvantageConfig, Estimator};
 use diffrl_learn::bc::{self, BcConfig};
 use diffrl_learn::data::{ChunkDataset, fit_normalizers};
 use diffrl_learn::eval::evaluate;
 use diffrl_learn::grpo::{self, Algorithm, GrpoConfig, GrpoHooks, GrpoLog};
 use diffrl_policy::config::{DenoiserConfig, DiffusionConfig, PolicyConfig};
 use diffrl_policy::{CpuAutodiff, CpuBackend, Policy, PolicySpec, SampleMode};
+use diffrl_reward::implicit::ImplicitPrmConfig;
 use rand::Rng as _;
 
 const TARGET: f32 = 0.5;
@@ -282,6 +284,52 @@ fn grpo_solves_the_toy_task_that_bc_from_poor_demos_does_not() {
 }
 
 #[test]
+fn implicit_prm_step_rewards_alone_solve_the_toy_task() {
+    // The process estimator sees no outcome here: only the implicit PRM's step rewards, which
+    // it learns from the outcome ranking of each group. If they carried no signal, success
+    // would not move.
+    let d = tempfile::tempdir().unwrap();
+    let pre = pretrained(&d.path().join("bc"));
+    let before = success(&pre);
+    let cfg = GrpoConfig {
+        implicit_prm: Some(ImplicitPrmConfig {
+            lr: 3e-3,
+            ..ImplicitPrmConfig::default()
+        }),
+        advantage: AdvantageConfig {
+            estimator: Estimator::Process,
+            ..AdvantageConfig::default()
+        },
+        ..toy_grpo()
+    };
+    let mut logs = Collect(Vec::new());
+    let out = fine_tune(
+        &pre,
+        &cfg,
+        Algorithm::Grpo,
+        true,
+        &d.path().join("grpo"),
+        false,
+        &mut logs,
+    )
+    .unwrap();
+    let after = success(&out.policy);
+    let prm: Vec<_> = logs.0.iter().map(|l| l.prm.unwrap()).collect();
+    eprintln!(
+        "toy, implicit PRM: success {before:.2} -> {after:.2}; DPO loss {:.3} -> {:.3}, pair accuracy {:.2} -> {:.2}",
+        prm[0].loss,
+        prm.last().unwrap().loss,
+        prm[0].accuracy,
+        prm.last().unwrap().accuracy
+    );
+    assert!(prm.iter().all(|p| p.pairs > 0 && p.loss.is_finite()));
+    assert!(
+        before < 0.5 && after > before + 0.3,
+        "success {before:.2} -> {after:.2}; {prm:?}"
+    );
+}
+
+#[test]
 fn zero_advantages_leave_the_parameters_unchanged() {
     let d = tempfile::tempdir().unwrap();
     let pre = pretrained(&d.path().join("bc"));
@@ -325,12 +373,24 @@ impl GrpoHooks<CpuBackend> for StopAt {
 fn interrupted_and_resumed_equals_uninterrupted_for_grpo_and_ppo() {
     let d = tempfile::tempdir().unwrap();
     let pre = pretrained(&d.path().join("bc"));
-    for algorithm in [Algorithm::Grpo, Algorithm::Ppo] {
+    let implicit = GrpoConfig {
+        implicit_prm: Some(ImplicitPrmConfig::default()),
+        advantage: AdvantageConfig {
+            estimator: Estimator::GrpoProcess,
+            ..AdvantageConfig::default()
+        },
+        ..toy_grpo()
+    };
+    for (algorithm, cfg, name) in [
+        (Algorithm::Grpo, toy_grpo(), "grpo"),
+        (Algorithm::Ppo, toy_grpo(), "ppo"),
+        // pi_phi and its optimiser are part of the resumable state.
+        (Algorithm::Grpo, implicit, "implicit"),
+    ] {
         let cfg = GrpoConfig {
             iterations: 3,
-            ..toy_grpo()
+            ..cfg
         };
-        let name = format!("{algorithm:?}");
         let (a, b) = (
             d.path().join(format!("{name}a")),
             d.path().join(format!("{name}b")),
@@ -353,7 +413,10 @@ fn interrupted_and_resumed_equals_uninterrupted_for_grpo_and_ppo() {
             "{name}: resumed weights differ from the uninterrupted run's"
         );
         // A different config refuses the old state.
-        let other = GrpoConfig { lr: 1e-4, ..cfg };
+        let other = GrpoConfig {
+            lr: 1e-4,
+            ..cfg.clone()
+        };
         let e = fine_tune(&pre, &other, algorithm, true, &b, true, &mut grpo::NoHooks)
             .err()
             .unwrap()
@@ -390,6 +453,35 @@ fn bad_settings_are_refused_with_the_cause() {
         ..toy_grpo()
     });
     assert!(e.contains("ft_denoising_steps"), "{e}");
+    // The implicit PRM gives step rewards: an estimator that ignores them is refused.
+    let e = err(GrpoConfig {
+        implicit_prm: Some(ImplicitPrmConfig::default()),
+        ..toy_grpo()
+    });
+    assert!(
+        e.contains("implicit_prm") && e.contains("grpo-process"),
+        "{e}"
+    );
+    let e = fine_tune(
+        &pre,
+        &GrpoConfig {
+            implicit_prm: Some(ImplicitPrmConfig::default()),
+            advantage: AdvantageConfig {
+                estimator: Estimator::Process,
+                ..AdvantageConfig::default()
+            },
+            ..toy_grpo()
+        },
+        Algorithm::Ppo,
+        true,
+        &d.path().join("y"),
+        false,
+        &mut grpo::NoHooks,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("PPO"), "{e}");
 }
 
 /// Every float parameter, flattened in visit order.

@@ -8,12 +8,15 @@
 //!   ablation).
 //! - [`process`]: SRPO-style self-referential rewards for failed rollouts (within a group).
 //! - [`spa`]: SPA-style stepwise attribution: per-step contributions that sum to the outcome.
+//! - [`implicit`]: the OPRL implicit PRM, a policy copy trained with trajectory DPO whose
+//!   log-ratio to the behaviour policy is the step reward.
 //! - [`metrics`]: VOC, pairwise accuracy, success AUROC, monotonicity.
 #![warn(missing_docs)]
 
 pub mod error;
 pub mod folder;
 pub mod hop;
+pub mod implicit;
 pub mod labels;
 pub mod metrics;
 pub mod process;
