@@ -3,7 +3,9 @@
 # progress model, for each seed: outcome-only GRPO (estimator grpo) vs GRPO on shaped step
 # rewards (estimator process, r + gamma Phi(s') - Phi(s)), same iterations and rollouts; each
 # run evaluated on the same 100 seeded episodes. Prints success and mean max score per arm with
-# the mean over seeds. Resumable: finished runs are skipped.
+# the mean over seeds and draws OUT/curves.png (training-rollout success and mean max score
+# against environment steps, mean over seeds; `diffrl plot`). Resumable: finished runs are
+# skipped.
 #
 # Usage: tools/shaping_experiment.sh [BC_POLICY] [PROGRESS_MODEL] [ITERATIONS=5] [OUT] [SEEDS...]
 # Environment: ARMS (default "outcome shaped"; also "process" = the process estimator on the
@@ -49,6 +51,13 @@ for seed in "${seeds[@]}"; do
       --iterations "$iters" --seed "$seed" "${resume[@]}" 2>&1 | tee -a "$dir/log.txt"
   done
 done
+# Success and mean max score of the training rollouts against environment steps, mean over seeds.
+plot_args=()
+for arm in "${arms[@]}"; do
+  dirs=$(printf "$out/$arm-%s," "${seeds[@]}")
+  plot_args+=("$arm=${dirs%,}")
+done
+"$bin" plot --out "$out/curves.png" "${plot_args[@]}"
 python3 - "$out" "${arms[*]}" "${seeds[@]}" <<'PY'
 import json, math, os, sys
 out, arms, seeds = sys.argv[1], sys.argv[2].split(), sys.argv[3:]

@@ -50,6 +50,14 @@ pub struct ProgressConfig {
     pub holdout_every: usize,
     /// Seed of initialisation and batches.
     pub seed: u64,
+    /// Weight of the within-episode ranking term (0 = off): for pairs of states of one
+    /// labelled episode whose labels increase, `softplus(-(Phi(s_later) - Phi(s_earlier)) /
+    /// rank_temperature)`, averaged over `batch_size` pairs per step and added to the MSE.
+    /// It asks for the order of progress inside an episode (what VOC measures), which the
+    /// regression on labels only asks for indirectly.
+    pub rank_weight: f64,
+    /// Temperature of the ranking term (progress units).
+    pub rank_temperature: f64,
 }
 
 impl Default for ProgressConfig {
@@ -64,6 +72,8 @@ impl Default for ProgressConfig {
             weight_decay: 1e-4,
             holdout_every: 10,
             seed: 0,
+            rank_weight: 3.0,
+            rank_temperature: 0.01,
         }
     }
 }
@@ -83,6 +93,12 @@ impl ProgressConfig {
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
             return bad("weight_decay", "must be >= 0");
+        }
+        if !(self.rank_weight.is_finite() && self.rank_weight >= 0.0) {
+            return bad("rank_weight", "must be >= 0");
+        }
+        if !(self.rank_temperature.is_finite() && self.rank_temperature > 0.0) {
+            return bad("rank_temperature", "must be > 0");
         }
         if self.holdout_every == 1 {
             return bad("holdout_every", "1 would hold out every episode (0 = none)");
@@ -366,9 +382,12 @@ pub fn train_prepared<B: AutodiffBackend>(
     let mut xs: Vec<Vec<f32>> = Vec::new();
     let mut ys: Vec<f32> = Vec::new();
     let mut used = 0;
+    // Index ranges of the labelled episodes in `xs` (ranking pairs stay inside one).
+    let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
     for (ep, l) in owned.iter().zip(labels) {
         let Some(l) = l else { continue };
         used += 1;
+        spans.push(xs.len()..xs.len() + ep.observations.len().min(l.len()));
         for (o, &y) in ep.observations.iter().zip(l) {
             let mut row = o.state.clone();
             norm.normalize(&mut row);
@@ -400,7 +419,21 @@ pub fn train_prepared<B: AutodiffBackend>(
         let y: Vec<f32> = idx.iter().map(|&i| ys[i]).collect();
         let x = Tensor::<B, 2>::from_data(TensorData::new(x, [bsz, state_dim]), device);
         let y = Tensor::<B, 1>::from_data(TensorData::new(y, [bsz]), device);
-        let loss = (net.forward(x) - y).square().mean();
+        let mut loss = (net.forward(x) - y).square().mean();
+        if cfg.rank_weight > 0.0 {
+            let (early, late) = rank_pairs(&spans, &ys, bsz, &mut r);
+            if !early.is_empty() {
+                let n = early.len();
+                let batch = |rows: &[usize]| {
+                    let x: Vec<f32> = rows.iter().flat_map(|&i| xs[i].iter().copied()).collect();
+                    Tensor::<B, 2>::from_data(TensorData::new(x, [n, state_dim]), device)
+                };
+                let margin =
+                    (net.forward(batch(&late)) - net.forward(batch(&early))) / cfg.rank_temperature;
+                let rank = -burn::tensor::activation::log_sigmoid(margin).mean();
+                loss = loss + rank * cfg.rank_weight;
+            }
+        }
         let lv: f64 = loss.clone().into_scalar().elem();
         if !lv.is_finite() {
             return Err(RewardError::Data(format!(
@@ -440,6 +473,30 @@ pub fn train_prepared<B: AutodiffBackend>(
 }
 
 use burn::tensor::ElementConversion as _;
+
+/// Up to `n` pairs (earlier, later) of rows of one span whose labels increase.
+fn rank_pairs(
+    spans: &[std::ops::Range<usize>],
+    ys: &[f32],
+    n: usize,
+    r: &mut diffrl_core::seeding::Rng,
+) -> (Vec<usize>, Vec<usize>) {
+    let (mut early, mut late) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let usable: Vec<&std::ops::Range<usize>> = spans.iter().filter(|s| s.len() >= 2).collect();
+    if usable.is_empty() {
+        return (early, late);
+    }
+    for _ in 0..n {
+        let s = usable[r.random_range(0..usable.len())];
+        let (a, b) = (r.random_range(s.clone()), r.random_range(s.clone()));
+        let (a, b) = (a.min(b), a.max(b));
+        if ys[b] > ys[a] {
+            early.push(a);
+            late.push(b);
+        }
+    }
+    (early, late)
+}
 
 /// Writes the model folder (`model.safetensors` + `reward.json`) atomically.
 pub fn save<B: Backend>(model: &ProgressModel<B>, dir: &Path) -> Result<(), RewardError> {
@@ -539,4 +596,27 @@ fn metrics_of(
         monotonicity: monotonicity(&succ, 0.01),
         clamped: 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranking_pairs_stay_inside_an_episode_and_follow_its_labels() {
+        // Two episodes: rows 0..4 (labels rise, then a plateau) and 4..7; one single-row span.
+        let spans = vec![0..4, 4..7, 7..8];
+        let ys = [0.0, 0.5, 0.5, 1.0, 0.2, 0.4, 0.9, 0.3];
+        let (early, late) = rank_pairs(&spans, &ys, 500, &mut rng(3));
+        assert!(early.len() > 200, "{}", early.len());
+        for (&a, &b) in early.iter().zip(&late) {
+            let span = spans.iter().position(|s| s.contains(&a)).unwrap();
+            assert!(spans[span].contains(&b) && span < 2, "{a} {b}");
+            assert!(a < b && ys[b] > ys[a], "{a} {b}");
+        }
+        // The plateau (rows 1 and 2) is never a pair.
+        assert!(!early.iter().zip(&late).any(|(&a, &b)| (a, b) == (1, 2)));
+        // Nothing to rank: no pairs.
+        assert!(rank_pairs(&[0..1], &[0.5], 10, &mut rng(0)).0.is_empty());
+    }
 }
