@@ -617,6 +617,10 @@ mod tests {
         // The plateau (rows 1 and 2) is never a pair.
         assert!(!early.iter().zip(&late).any(|(&a, &b)| (a, b) == (1, 2)));
         // Nothing to rank: no pairs.
-        assert!(rank_pairs(&[0..1], &[0.5], 10, &mut rng(0)).0.is_empty());
+        assert!(
+            rank_pairs(std::slice::from_ref(&(0..1)), &[0.5], 10, &mut rng(0))
+                .0
+                .is_empty()
+        );
     }
 }
