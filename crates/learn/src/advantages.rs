@@ -36,9 +36,9 @@ pub enum Estimator {
     /// GiGPO: A_{i,t} = A^E_i + omega * A^S_{i,t}, episode GRPO advantage plus an anchor-state
     /// step advantage (see [`gigpo_step_advantages`]).
     Gigpo,
-    /// Outcome plus process: A_{i,t} = A^GRPO_i + omega * A^P_{i,t}, the GRPO advantage of the
-    /// episode plus the process advantage of its step rewards (OPRL's combination of episode-
-    /// and step-level advantages; the step rewards may come from the implicit PRM).
+    /// Outcome plus process: A_{i,t} = A^GRPO_i + A^P_{i,t}, the GRPO advantage of the episode
+    /// plus the process advantage of its step rewards (OPRL's combination of episode- and
+    /// step-level advantages; the step rewards may come from the implicit PRM).
     GrpoProcess,
 }
 
@@ -74,8 +74,6 @@ impl fmt::Display for Estimator {
 /// - `gigpo_grid`: cell size (> 0, in state units) of the grid that quantises states into
 ///   GiGPO anchors (default 5.0).
 /// - `gigpo_normalise`: divide A^S by the anchor cluster's std (+ 1e-6) (default false).
-/// - `process_omega`: weight omega (>= 0) of the process advantage in `grpo-process` (default
-///   1.0).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdvantageConfig {
@@ -93,8 +91,6 @@ pub struct AdvantageConfig {
     pub gigpo_grid: f64,
     /// Divide GiGPO's step advantage by the anchor cluster's std (+ 1e-6).
     pub gigpo_normalise: bool,
-    /// Weight omega (>= 0) of the process advantage in `grpo-process`.
-    pub process_omega: f64,
 }
 
 impl Default for AdvantageConfig {
@@ -107,7 +103,6 @@ impl Default for AdvantageConfig {
             gigpo_gamma: 0.95,
             gigpo_grid: 5.0,
             gigpo_normalise: false,
-            process_omega: 1.0,
         }
     }
 }
@@ -127,12 +122,6 @@ impl AdvantageConfig {
             return Err(bad(
                 "gigpo_omega",
                 format!("must be finite and >= 0, got {}", self.gigpo_omega),
-            ));
-        }
-        if !(self.process_omega.is_finite() && self.process_omega >= 0.0) {
-            return Err(bad(
-                "process_omega",
-                format!("must be finite and >= 0, got {}", self.process_omega),
             ));
         }
         if !(self.gigpo_gamma > 0.0 && self.gigpo_gamma <= 1.0) {
@@ -526,12 +515,7 @@ pub fn group_advantages(
             grpo(outcomes)
                 .into_iter()
                 .zip(steps)
-                .map(|(episode, steps)| {
-                    steps
-                        .into_iter()
-                        .map(|s| episode + cfg.process_omega * s)
-                        .collect()
-                })
+                .map(|(episode, steps)| steps.into_iter().map(|s| episode + s).collect())
                 .collect()
         }
         Estimator::Gigpo => {
@@ -757,7 +741,7 @@ mod tests {
     }
 
     #[test]
-    fn grpo_process_adds_the_weighted_process_advantage_to_the_episode_one() {
+    fn grpo_process_adds_the_process_advantage_to_the_episode_one() {
         // Outcomes [2, 0]: GRPO gives +1 / -1 (population std 1, up to the 1e-6 epsilon).
         let steps = vec![vec![1.0, 0.0, 1.0], vec![0.0, 0.0, 0.0]];
         let process = process_advantages(&steps);
@@ -766,26 +750,18 @@ mod tests {
             steps: Some(&steps),
             anchors: None,
         };
-        let mut c = cfg(Estimator::GrpoProcess);
-        c.process_omega = 0.5;
+        let c = cfg(Estimator::GrpoProcess);
         let adv = group_advantages(&c, &group, &[3, 3]).unwrap();
         let e = 1.0 / (1.0 + 1e-6);
         let want: Vec<Vec<f64>> = process
             .iter()
             .zip([e, -e])
-            .map(|(p, a)| p.iter().map(|s| a + 0.5 * s).collect())
+            .map(|(p, a)| p.iter().map(|s| a + s).collect())
             .collect();
         close2(&adv.per_step, &want);
         // Without step rewards it says what it needs.
         let err = group_advantages(&c, &outcomes_only(&[1.0, 0.0]), &[3, 3]).unwrap_err();
         assert!(err.to_string().contains("per-step rewards"), "{err}");
-        c.process_omega = -1.0;
-        assert!(
-            c.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("process_omega")
-        );
     }
 
     #[test]
