@@ -265,7 +265,7 @@ pub fn finetune_recorded<B: AutodiffBackend>(
         writeln!(
             out,
             "{stage}: {} iterations in {:.1} s ({} env steps; collect {:.0} env steps/s, update {:.0} pairs/s; \
-             last iteration: env {:.1} s, policy {:.1} s, update {:.1} s); policy in {}",
+             last iteration: env {:.1} s, policy {:.1} s, update {:.1} s{}); policy in {}",
             outcome.iterations,
             t0.elapsed().as_secs_f64(),
             l.env_steps,
@@ -274,6 +274,11 @@ pub fn finetune_recorded<B: AutodiffBackend>(
             l.env_s,
             l.policy_s,
             l.update_s,
+            if l.prm.is_some() {
+                format!(", implicit PRM {:.1} s", l.prm_s)
+            } else {
+                String::new()
+            },
             out_dir.join("policy").display()
         )?;
     }

@@ -207,6 +207,13 @@ fn implicit_prm_from_the_config_then_curves_with_diffrl_plot() {
                 log.contains("implicit PRM (trajectory DPO, beta 0.5"),
                 "{log}"
             );
+            // Its time is reported apart from collection and update.
+            assert!(log.contains(", implicit PRM "), "{log}");
+            assert!(
+                lines
+                    .iter()
+                    .all(|l| l["train"]["prm_s"].as_f64().unwrap() > 0.0)
+            );
             for l in &lines {
                 let p = &l["train"]["prm"];
                 assert!(p["loss"].as_f64().unwrap().is_finite(), "{l}");

@@ -288,6 +288,9 @@ pub struct GrpoLog {
     pub policy_s: f64,
     /// Seconds updating.
     pub update_s: f64,
+    /// Seconds training and scoring the implicit PRM (0 without one).
+    #[serde(default)]
+    pub prm_s: f64,
     /// Environment steps per second of collection.
     pub collect_steps_per_s: f64,
     /// Pairs per second of update (forward + backward + optimiser).
@@ -624,6 +627,7 @@ pub fn train<E: Env, B: AutodiffBackend>(
         }
 
         // The implicit PRM learns from this batch, then scores its policy calls.
+        let t_prm = Instant::now();
         let prm_stats = match prm.as_mut() {
             Some(p) => Some(implicit_step_rewards(
                 p,
@@ -633,6 +637,7 @@ pub fn train<E: Env, B: AutodiffBackend>(
             )?),
             None => None,
         };
+        let prm_s = t_prm.elapsed().as_secs_f64();
 
         // Advantages per (rollout, decision).
         let mut returns = Vec::new();
@@ -780,6 +785,7 @@ pub fn train<E: Env, B: AutodiffBackend>(
             env_s: stats.env_s,
             policy_s: stats.policy_s,
             update_s,
+            prm_s,
             collect_steps_per_s: stats.env_steps as f64 / collect_s.max(1e-9),
             update_pairs_per_s: (acc.n as f64) / update_s.max(1e-9),
             elapsed_s: t0.elapsed().as_secs_f64(),
