@@ -14,6 +14,8 @@
 # ARMS (default "grpo"):
 #   grpo          the embedded config: outcome = max score + 1 on success, GRPO advantages
 #   oprl          + OPRL implicit PRM ([grpo.implicit_prm] defaults), estimator grpo-process
+#   grpo-process  estimator grpo-process on the environment's own step rewards (coverage): the
+#                 control for oprl (same advantages, no implicit PRM)
 #   success-dapo  outcome = success only, DAPO dynamic sampling of groups with a success
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,8 +35,9 @@ for arm in "${arms[@]}"; do
   case $arm in
     grpo) printf '' ;;
     oprl) printf '[grpo.advantage]\nestimator = "grpo-process"\n[grpo.implicit_prm]\n' ;;
+    grpo-process) printf '[grpo.advantage]\nestimator = "grpo-process"\n' ;;
     success-dapo) printf '[reward]\noutcome = "success"\nsuccess_bonus = 0.0\n[grpo]\ndynamic_sampling = true\n' ;;
-    *) echo "unknown arm $arm (grpo, oprl, success-dapo)" >&2; exit 2 ;;
+    *) echo "unknown arm $arm (grpo, oprl, grpo-process, success-dapo)" >&2; exit 2 ;;
   esac > "$out/$arm.toml"
 done
 iter_arg=()
