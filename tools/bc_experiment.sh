@@ -13,7 +13,7 @@ cargo build --release --locked -q -p diffrl-cli
 DIFFRL="${CARGO_TARGET_DIR:-target}/release/diffrl"
 rm -rf "$out"
 start=$(date +%s)
-"$DIFFRL" pretrain --dataset assets/pusht_expert_200 --out "$out" "$@"
+"$DIFFRL" pretrain --dataset assets/pusht_expert_200 --out "$out" --eval-episodes 100 "$@"
 echo "total wall time: $(( $(date +%s) - start )) s"
 python3 - "$out" <<'PYEOF'
 import json, sys

@@ -28,7 +28,7 @@ iter_arg=()
 [ -n "$iters" ] && iter_arg=(--iterations "$iters")
 if [ ! -f "$out/bc/eval.json" ]; then
   mkdir -p "$out/bc"
-  "$bin" eval --policy "$policy" --out "$out/bc/eval.json" | tee "$out/bc/log.txt"
+  "$bin" eval --policy "$policy" --episodes 100 --out "$out/bc/eval.json" | tee "$out/bc/log.txt"
 fi
 for m in "${methods[@]}"; do
   [ -f "$out/$m/eval.json" ] && { echo "$m: done ($out/$m/eval.json)"; continue; }
@@ -37,9 +37,9 @@ for m in "${methods[@]}"; do
   mkdir -p "$out/$m"
   start=$(date +%s)
   if [ "$m" = ppo ]; then
-    "$bin" ppo --config "$cfg" --policy "$policy" --out "$out/$m" "${iter_arg[@]}" "${resume[@]}"
+    "$bin" ppo --config "$cfg" --policy "$policy" --out "$out/$m" --eval-episodes 100 "${iter_arg[@]}" "${resume[@]}"
   else
-    "$bin" grpo --config "$cfg" --policy "$policy" --out "$out/$m" --estimator "$m" "${iter_arg[@]}" "${resume[@]}"
+    "$bin" grpo --config "$cfg" --policy "$policy" --out "$out/$m" --estimator "$m" --eval-episodes 100 "${iter_arg[@]}" "${resume[@]}"
   fi 2>&1 | tee -a "$out/$m/log.txt"
   echo "$m: $(( $(date +%s) - start )) s wall" | tee -a "$out/$m/log.txt"
 done

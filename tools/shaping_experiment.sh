@@ -47,7 +47,7 @@ for seed in "${seeds[@]}"; do
     resume=()
     [ -d "$dir/train_state" ] && resume=(--resume)
     mkdir -p "$dir"
-    "$bin" grpo --config "$out/$arm.toml" --policy "$policy" --out "$dir" --estimator "$est" \
+    "$bin" grpo --config "$out/$arm.toml" --policy "$policy" --out "$dir" --estimator "$est" --eval-episodes 100 \
       --iterations "$iters" --seed "$seed" "${resume[@]}" 2>&1 | tee -a "$dir/log.txt"
   done
 done

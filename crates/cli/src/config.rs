@@ -136,7 +136,7 @@ pub struct EvalSection {
 impl Default for EvalSection {
     fn default() -> Self {
         Self {
-            episodes: 100,
+            episodes: 500,
             envs: 10,
             seed: 1_000_000,
         }
