@@ -249,6 +249,21 @@ impl Validate for RunConfig {
                 format!("must be > 0, got {}", spa.weight),
             )?;
         }
+        // The implicit PRM's step rewards replace the reward module's: a configured source of
+        // step rewards would be dropped without a word.
+        for (set, table) in [
+            (self.reward.shaping.is_some(), "[reward.shaping]"),
+            (self.reward.spa.is_some(), "[reward.spa]"),
+        ] {
+            ensure(
+                !(set && self.grpo.implicit_prm.is_some()),
+                "grpo.implicit_prm",
+                format!(
+                    "its step rewards replace those of {table}, which would be ignored; \
+                     remove one of the two"
+                ),
+            )?;
+        }
         if let Err(diffrl_reward::RewardError::Config { field, message }) = self
             .reward
             .progress
@@ -322,6 +337,18 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("unknown task")
+        );
+        // The implicit PRM next to another source of step rewards.
+        std::fs::write(
+            &p,
+            "[grpo.advantage]\nestimator = \"process\"\n[grpo.implicit_prm]\n\
+             [reward.shaping]\nmodel = \"m\"\n",
+        )
+        .unwrap();
+        let e = load(Some(&p)).unwrap_err().to_string();
+        assert!(
+            e.contains("grpo.implicit_prm") && e.contains("[reward.shaping]"),
+            "{e}"
         );
     }
 }
