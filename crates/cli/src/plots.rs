@@ -260,6 +260,7 @@ pub enum XAxis {
 /// One arm: its label and the `train` records of each run, by iteration.
 struct Arm {
     label: String,
+    dirs: Vec<std::path::PathBuf>,
     runs: Vec<std::collections::BTreeMap<u64, Value>>,
 }
 
@@ -297,9 +298,14 @@ pub fn plot_cmd(args: &PlotArgs, out: &mut dyn std::io::Write) -> anyhow::Result
         let Some((label, dirs)) = spec.split_once('=') else {
             bail!("{spec:?}: expected LABEL=DIR[,DIR...]");
         };
+        let dirs: Vec<std::path::PathBuf> = dirs
+            .split(',')
+            .filter(|d| !d.is_empty())
+            .map(Into::into)
+            .collect();
         let mut runs = Vec::new();
-        for dir in dirs.split(',').filter(|d| !d.is_empty()) {
-            let path = Path::new(dir).join("metrics.jsonl");
+        for dir in &dirs {
+            let path = dir.join("metrics.jsonl");
             anyhow::ensure!(
                 path.is_file(),
                 "{}: no such file (arm {label:?})",
@@ -326,6 +332,7 @@ pub fn plot_cmd(args: &PlotArgs, out: &mut dyn std::io::Write) -> anyhow::Result
                 runs.len(),
                 if runs.len() == 1 { "" } else { "s" }
             ),
+            dirs,
             runs,
         });
     }
@@ -361,12 +368,12 @@ pub fn plot_cmd(args: &PlotArgs, out: &mut dyn std::io::Write) -> anyhow::Result
         ],
     )?;
     writeln!(out, "wrote {}", args.out.display())?;
-    for (spec, arm) in args.arms.iter().zip(&arms) {
+    for arm in &arms {
         let last = arm.mean_curve(args.x, "success_rate", 100.0);
-        let dirs = spec.split_once('=').map_or("", |(_, d)| d);
-        let evals: Vec<Value> = dirs
-            .split(',')
-            .filter_map(|d| std::fs::read_to_string(Path::new(d).join("eval.json")).ok())
+        let evals: Vec<Value> = arm
+            .dirs
+            .iter()
+            .filter_map(|d| std::fs::read_to_string(d.join("eval.json")).ok())
             .filter_map(|t| serde_json::from_str(&t).ok())
             .collect();
         let (k, n) = evals.iter().fold((0, 0), |(k, n), e| {

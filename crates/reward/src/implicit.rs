@@ -216,9 +216,7 @@ impl<B: AutodiffBackend> ImplicitPrm<B> {
     /// `beta * sum over fine-tuned chain steps of (log pi_phi - log pi_old)`.
     pub fn call_rewards(&self, rollout: &Trajectory<'_>) -> Result<Vec<f64>, RewardError> {
         let phi = self.phi.valid();
-        let device = phi.model.devices().pop().ok_or_else(|| {
-            RewardError::Data("implicit PRM: the policy has no parameters".into())
-        })?;
+        let device = self.device()?;
         let mut out = Vec::with_capacity(rollout.len());
         for calls in rollout.chunks(self.cfg.chunk) {
             let (lp, old) = call_logps(&phi, calls, &device)?;
