@@ -58,6 +58,13 @@ pub struct ProgressConfig {
     pub rank_weight: f64,
     /// Temperature of the ranking term (progress units).
     pub rank_temperature: f64,
+    /// States the model reads per prediction: the current one and `context - 1` earlier ones,
+    /// `context_stride` environment steps apart (indices before the episode's start repeat its
+    /// first state). 1 = Phi(s_t) alone. The potential is then a function of the recent
+    /// history, which shaping allows (the telescoping sum does not care what Phi reads).
+    pub context: usize,
+    /// Environment steps between the states of the context.
+    pub context_stride: usize,
 }
 
 impl Default for ProgressConfig {
@@ -74,6 +81,8 @@ impl Default for ProgressConfig {
             seed: 0,
             rank_weight: 3.0,
             rank_temperature: 0.01,
+            context: 1,
+            context_stride: 1,
         }
     }
 }
@@ -99,6 +108,9 @@ impl ProgressConfig {
         }
         if !(self.rank_temperature.is_finite() && self.rank_temperature > 0.0) {
             return bad("rank_temperature", "must be > 0");
+        }
+        if self.context == 0 || self.context_stride == 0 {
+            return bad("context", "context and context_stride must be at least 1");
         }
         if self.holdout_every == 1 {
             return bad("holdout_every", "1 would hold out every episode (0 = none)");
@@ -157,11 +169,12 @@ pub struct ProgressModel<B: Backend> {
 }
 
 impl<B: Backend> ProgressModel<B> {
-    /// Phi of a batch of state vectors; non-finite outputs are errors naming the batch index,
-    /// values outside [0, 1] are clamped and counted.
+    /// Phi along one episode's states, in order (with `context` > 1 each prediction also reads
+    /// earlier states of the sequence); non-finite outputs are errors naming the index, values
+    /// outside [0, 1] are clamped and counted.
     pub fn predict(&self, states: &[&[f32]]) -> Result<Vec<f64>, RewardError> {
         let d = self.meta.state_dim;
-        let mut flat = Vec::with_capacity(states.len() * d);
+        let mut normed = Vec::with_capacity(states.len());
         for (i, s) in states.iter().enumerate() {
             if s.len() != d {
                 return Err(RewardError::Shape {
@@ -172,12 +185,16 @@ impl<B: Backend> ProgressModel<B> {
             }
             let mut row = s.to_vec();
             self.meta.norm.normalize(&mut row);
-            flat.extend(row);
+            normed.push(row);
         }
+        let c = &self.meta.config;
+        let flat = context_rows(&normed, c.context, c.context_stride);
+        let width = d * c.context;
         if states.is_empty() {
             return Ok(Vec::new());
         }
-        let x = Tensor::<B, 2>::from_data(TensorData::new(flat, [states.len(), d]), &self.device);
+        let x =
+            Tensor::<B, 2>::from_data(TensorData::new(flat, [states.len(), width]), &self.device);
         let out = {
             let net = self.net.lock().unwrap_or_else(|p| p.into_inner());
             net.forward(x)
@@ -266,6 +283,19 @@ pub fn episode_labels(
             }
         })
         .collect()
+}
+
+/// Model inputs along one episode: per step, the normalised states of its context (oldest
+/// first, indices before 0 repeating state 0), concatenated.
+fn context_rows(normed: &[Vec<f32>], context: usize, stride: usize) -> Vec<f32> {
+    let width = normed.first().map_or(0, Vec::len) * context;
+    let mut flat = Vec::with_capacity(normed.len() * width);
+    for t in 0..normed.len() {
+        for j in (0..context).rev() {
+            flat.extend_from_slice(&normed[t.saturating_sub(j * stride)]);
+        }
+    }
+    flat
 }
 
 /// Whether episode `i` is held out.
@@ -387,13 +417,19 @@ pub fn train_prepared<B: AutodiffBackend>(
     for (ep, l) in owned.iter().zip(labels) {
         let Some(l) = l else { continue };
         used += 1;
-        spans.push(xs.len()..xs.len() + ep.observations.len().min(l.len()));
-        for (o, &y) in ep.observations.iter().zip(l) {
-            let mut row = o.state.clone();
-            norm.normalize(&mut row);
-            xs.push(row);
-            ys.push(y);
-        }
+        let n = ep.observations.len().min(l.len());
+        spans.push(xs.len()..xs.len() + n);
+        let normed: Vec<Vec<f32>> = ep.observations[..n]
+            .iter()
+            .map(|o| {
+                let mut row = o.state.clone();
+                norm.normalize(&mut row);
+                row
+            })
+            .collect();
+        let rows = context_rows(&normed, cfg.context, cfg.context_stride);
+        xs.extend(rows.chunks(state_dim * cfg.context).map(<[f32]>::to_vec));
+        ys.extend_from_slice(&l[..n]);
     }
     if xs.is_empty() {
         return Err(RewardError::Data(format!(
@@ -403,8 +439,9 @@ pub fn train_prepared<B: AutodiffBackend>(
             cfg.labels
         )));
     }
+    let width = state_dim * cfg.context;
     let mut net: ProgressNet<B> = seeded_init::<B, _>(device, cfg.seed, || {
-        ProgressNet::new(state_dim, &cfg.hidden, device)
+        ProgressNet::new(width, &cfg.hidden, device)
     });
     let mut optim = AdamWConfig::new()
         .with_weight_decay(cfg.weight_decay as f32)
@@ -417,7 +454,7 @@ pub fn train_prepared<B: AutodiffBackend>(
         let idx: Vec<usize> = (0..bsz).map(|_| r.random_range(0..xs.len())).collect();
         let x: Vec<f32> = idx.iter().flat_map(|&i| xs[i].iter().copied()).collect();
         let y: Vec<f32> = idx.iter().map(|&i| ys[i]).collect();
-        let x = Tensor::<B, 2>::from_data(TensorData::new(x, [bsz, state_dim]), device);
+        let x = Tensor::<B, 2>::from_data(TensorData::new(x, [bsz, width]), device);
         let y = Tensor::<B, 1>::from_data(TensorData::new(y, [bsz]), device);
         let mut loss = (net.forward(x) - y).square().mean();
         if cfg.rank_weight > 0.0 {
@@ -426,7 +463,7 @@ pub fn train_prepared<B: AutodiffBackend>(
                 let n = early.len();
                 let batch = |rows: &[usize]| {
                     let x: Vec<f32> = rows.iter().flat_map(|&i| xs[i].iter().copied()).collect();
-                    Tensor::<B, 2>::from_data(TensorData::new(x, [n, state_dim]), device)
+                    Tensor::<B, 2>::from_data(TensorData::new(x, [n, width]), device)
                 };
                 let margin =
                     (net.forward(batch(&late)) - net.forward(batch(&early))) / cfg.rank_temperature;
@@ -514,7 +551,8 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<ProgressModel<
             message: "normaliser and state_dim disagree".into(),
         });
     }
-    let mut net = ProgressNet::<B>::new(meta.state_dim, &meta.config.hidden, device);
+    let width = meta.state_dim * meta.config.context.max(1);
+    let mut net = ProgressNet::<B>::new(width, &meta.config.hidden, device);
     crate::folder::load_weights(dir, &mut net)?;
     Ok(ProgressModel {
         net: Mutex::new(net),

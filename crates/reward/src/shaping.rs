@@ -83,7 +83,9 @@ pub fn shape(rewards: &[f64], phi: &[f64], s: &Shaping) -> Vec<f64> {
 pub trait ProgressFn: Send + Sync {
     /// A short name for logs.
     fn name(&self) -> String;
-    /// Phi of each observation (clamped into [0, 1]); errors name the offending batch index.
+    /// Phi of each observation of one episode, given in order (a model may read earlier
+    /// observations of the sequence, never later ones), clamped into [0, 1]; errors name the
+    /// offending index.
     fn progress(&self, obs: &[&Observation]) -> Result<Vec<f64>, RewardError>;
 }
 

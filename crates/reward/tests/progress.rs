@@ -84,6 +84,84 @@ fn learns_progress_that_orders_time_and_outcomes() {
     }
 }
 
+/// Out and back: x rises from 0 to 1 in the first half and falls to 0.2 in the second, so a
+/// state alone does not say whether the episode is early or late; the direction of motion does.
+fn out_and_back(n: usize, seed: u64) -> Vec<Episode> {
+    let mut r = rng(seed);
+    (0..n)
+        .map(|_| {
+            let len = r.random_range(30..50);
+            let mut ep = Episode::default();
+            for t in 0..len {
+                let u = t as f32 / (len - 1) as f32;
+                let x = if u < 0.5 {
+                    2.0 * u
+                } else {
+                    1.0 - 1.6 * (u - 0.5)
+                };
+                let y: f32 = r.random_range(-0.05..0.05);
+                ep.push(
+                    Observation::state(vec![x, y]),
+                    vec![0.0],
+                    0.0,
+                    x,
+                    t + 1 == len,
+                );
+            }
+            ep
+        })
+        .collect()
+}
+
+#[test]
+fn context_orders_what_a_single_state_cannot() {
+    let eps = out_and_back(40, 5);
+    let test = out_and_back(20, 6);
+    let refs: Vec<&Episode> = test.iter().collect();
+    let voc_with = |context: usize| {
+        let c = ProgressConfig {
+            context,
+            context_stride: 3,
+            holdout_every: 0,
+            rank_weight: 0.0,
+            ..cfg(LabelKind::Time)
+        };
+        let model =
+            progress::train::<CpuAutodiff>(&eps, None, &c, &Default::default(), &mut |_, _| {})
+                .unwrap();
+        (progress::evaluate(&model, &refs).unwrap().voc, model)
+    };
+    let (alone, _) = voc_with(1);
+    let (with, model) = voc_with(2);
+    assert!(
+        alone < 0.7,
+        "a single state orders the return trip: VOC {alone}"
+    );
+    assert!(with > 0.9, "two states 3 steps apart: VOC {with}");
+    // Causal: Phi(s_t) reads s_t and earlier states only, so a prefix gives the same values.
+    let states: Vec<&[f32]> = test[0]
+        .observations
+        .iter()
+        .map(|o| o.state.as_slice())
+        .collect();
+    let full = model.predict(&states).unwrap();
+    assert_eq!(model.predict(&states[..10]).unwrap(), full[..10]);
+    // The context survives a save/load round trip.
+    let d = tempfile_dir("context");
+    progress::save(&model, &d).unwrap();
+    let back = progress::load::<CpuBackend>(&d, &Default::default()).unwrap();
+    assert_eq!(back.predict(&states).unwrap(), full);
+    let bad = ProgressConfig {
+        context: 0,
+        ..cfg(LabelKind::Time)
+    };
+    let e = progress::train::<CpuAutodiff>(&eps, None, &bad, &Default::default(), &mut |_, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("context"), "{e}");
+}
+
 #[test]
 fn save_load_round_trip_and_bad_input() {
     let eps = episodes(20, 3);
@@ -98,7 +176,7 @@ fn save_load_round_trip_and_bad_input() {
         &mut |_, _| {},
     )
     .unwrap();
-    let d = tempfile_dir();
+    let d = tempfile_dir("round-trip");
     progress::save(&model, &d).unwrap();
     let back = progress::load::<CpuBackend>(&d, &Default::default()).unwrap();
     let s: [&[f32]; 2] = [&[0.1, 0.2], &[0.8, -0.3]];
@@ -147,8 +225,8 @@ fn save_load_round_trip_and_bad_input() {
     std::fs::remove_dir_all(&d).ok();
 }
 
-fn tempfile_dir() -> std::path::PathBuf {
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("diffrl-reward-test-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
-    d.join("model")
+    d.join(name)
 }
