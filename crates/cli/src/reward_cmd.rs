@@ -12,14 +12,15 @@ use diffrl_core::lerobot::read_dataset;
 use diffrl_core::record::{Level, Recorder, StepSeries, Timeline};
 use diffrl_core::reward::{OutcomeReward, RewardModule};
 use diffrl_core::seeding::{derive, rng};
+use diffrl_core::space::ImageObs;
 use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_learn::rollout::collect_groups;
 use diffrl_policy::checkpoint;
-use diffrl_pusht::PushT;
 use diffrl_pusht::stages::PushTStages;
+use diffrl_pusht::{ObsMode, PushT};
 use diffrl_reward::labels::LabelKind;
 use diffrl_reward::metrics::RewardMetrics;
-use diffrl_reward::progress::{self, ProgressModel, held_out};
+use diffrl_reward::progress::{self, ProgressInput, ProgressModel, held_out};
 use diffrl_reward::shaping::{ShapedReward, Shaping};
 
 use crate::config::{self, RunConfig};
@@ -143,7 +144,21 @@ pub fn reward_module(cfg: &RunConfig) -> anyhow::Result<Box<dyn RewardModule>> {
         return Ok(base);
     };
     let model = load_model(&sh.model)?;
-    check_model_space(&model, cfg, &sh.model)?;
+    if let Some([_, h, w]) = model.meta.image_shape {
+        // The learner's episodes carry the environment's own observations.
+        let size = cfg.env.image_size as usize;
+        if cfg.env.obs != ObsMode::Pixels || (h, w) != (size, size) {
+            bail!(
+                "the progress model {} reads {h} x {w} images, but the configured environment \
+                 observes {:?} with [env].image_size = {size}; set [env].obs = \"pixels\" and \
+                 image_size = {h}, or shape with a state model",
+                sh.model.display(),
+                cfg.env.obs
+            );
+        }
+    } else {
+        check_model_space(&model, cfg, &sh.model)?;
+    }
     let shaped = ShapedReward::new(
         base,
         Arc::new(model),
@@ -166,6 +181,10 @@ fn check_model_space(
     cfg: &RunConfig,
     dir: &Path,
 ) -> anyhow::Result<()> {
+    if model.meta.image_shape.is_some() {
+        // Scored episodes get their images rendered from the states at the model's size.
+        return Ok(());
+    }
     let spec = env_spec(cfg)?;
     if model.meta.state_dim != spec.state_dim {
         bail!(
@@ -177,6 +196,35 @@ fn check_model_space(
             spec.state_dim,
             cfg.env.obs
         );
+    }
+    Ok(())
+}
+
+/// Gives every observation of `episodes` (final ones included) the image of its state at
+/// `size` x `size`, as the environment renders it: image progress models on state datasets and
+/// state rollouts.
+fn render_images(episodes: &mut [Episode], size: u32) -> anyhow::Result<()> {
+    for (k, ep) in episodes.iter_mut().enumerate() {
+        for (t, o) in ep
+            .observations
+            .iter_mut()
+            .chain(ep.final_observation.as_mut())
+            .enumerate()
+        {
+            let data = diffrl_pusht::render::render_state(&o.state, size).with_context(|| {
+                format!(
+                    "rendering observation {t} of episode {k}: Push-T images are drawn from \
+                     5-value states [agent_x, agent_y, block_x, block_y, block_angle], this one \
+                     has {}",
+                    o.state.len()
+                )
+            })?;
+            o.image = Some(ImageObs {
+                height: size,
+                width: size,
+                data,
+            });
+        }
     }
     Ok(())
 }
@@ -231,17 +279,29 @@ pub fn train_progress(
     rec: &dyn Recorder,
     out: &mut dyn Write,
 ) -> anyhow::Result<RewardMetrics> {
-    let (dir, episodes) = dataset_episodes(cfg, dataset)?;
+    let (dir, mut episodes) = dataset_episodes(cfg, dataset)?;
     let pc = &cfg.reward.progress;
+    let image = pc.input == ProgressInput::Image;
+    if image {
+        render_images(&mut episodes, cfg.env.image_size)?;
+    }
     let stages = PushTStages::default();
     writeln!(
         out,
-        "reward: progress model on {} ({} episodes, every {}th held out), {:?} labels, {} steps",
+        "reward: progress model on {} ({} episodes, every {}th held out), {:?} labels, {} steps{}",
         dir.display(),
         episodes.len(),
         pc.holdout_every,
         pc.labels,
-        pc.steps
+        pc.steps,
+        if image {
+            format!(
+                ", reading {0} x {0} images rendered from the states",
+                cfg.env.image_size
+            )
+        } else {
+            String::new()
+        }
     )?;
     let pb = bar(
         pc.steps as u64,
@@ -285,7 +345,8 @@ pub fn train_progress(
             ),
         );
     }
-    if hop {
+    // The hop model reads states; it is a diagnostic of state models only.
+    if hop && !image {
         let train_refs: Vec<&Episode> = prep.episodes.iter().collect();
         let hop = diffrl_reward::hop::train::<diffrl_policy::CpuAutodiff>(
             &train_refs,
@@ -505,6 +566,9 @@ pub fn run(
             let demos = scored.len();
             if let Some(p) = &a.policy {
                 scored.extend(policy_rollouts(&cfg, p, a.episodes, a.seed)?);
+            }
+            if let Some([_, h, _]) = model.meta.image_shape {
+                render_images(&mut scored, h as u32)?;
             }
             let refs: Vec<&Episode> = scored.iter().collect();
             let metrics = progress::evaluate(&model, &refs)?;

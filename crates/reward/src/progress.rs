@@ -8,14 +8,16 @@ use std::sync::Mutex;
 use burn::module::{AutodiffModule, Module};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
 use diffrl_core::episode::Episode;
 use diffrl_core::normalize::{Normalizer, RunningStats};
 use diffrl_core::seeding::rng;
-use diffrl_core::space::Observation;
+use diffrl_core::space::{ImageObs, Observation};
 use diffrl_core::stages::StagePredicates;
+use diffrl_policy::config::ImageEncoderConfig;
 use diffrl_policy::nn::Mlp;
 use diffrl_policy::seeded_init;
+use diffrl_policy::vision::ImageEncoder;
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +67,24 @@ pub struct ProgressConfig {
     pub context: usize,
     /// Environment steps between the states of the context.
     pub context_stride: usize,
+    /// What the network reads: "state" (the normalised state vector) or "image" (the camera
+    /// image of each context step through a CNN, nothing else; the state vector then only
+    /// serves the stage labels during training).
+    pub input: ProgressInput,
+    /// The CNN of `input = "image"` (ResNet stages with GroupNorm and a spatial-softmax head,
+    /// the policy's image encoder).
+    pub image_encoder: ImageEncoderConfig,
+}
+
+/// What a progress model reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProgressInput {
+    /// The state vector.
+    #[default]
+    State,
+    /// The camera image.
+    Image,
 }
 
 impl Default for ProgressConfig {
@@ -83,6 +103,13 @@ impl Default for ProgressConfig {
             rank_temperature: 0.01,
             context: 1,
             context_stride: 1,
+            input: ProgressInput::State,
+            image_encoder: ImageEncoderConfig {
+                channels: vec![16, 32],
+                groups: 8,
+                keypoints: 16,
+                out_dim: 32,
+            },
         }
     }
 }
@@ -115,28 +142,135 @@ impl ProgressConfig {
         if self.holdout_every == 1 {
             return bad("holdout_every", "1 would hold out every episode (0 = none)");
         }
+        let e = &self.image_encoder;
+        if e.channels.is_empty()
+            || e.channels.contains(&0)
+            || e.groups == 0
+            || e.channels.iter().any(|c| c % e.groups != 0)
+            || e.keypoints == 0
+            || e.out_dim == 0
+        {
+            return bad(
+                "image_encoder",
+                "channels must be non-empty multiples of groups; groups, keypoints and out_dim \
+                 at least 1",
+            );
+        }
         Ok(())
     }
 }
 
-/// MLP with a sigmoid head.
+/// MLP with a sigmoid head, on the context's states or on the CNN features of its images.
 #[derive(Module, Debug)]
 pub struct ProgressNet<B: Backend> {
+    image: Option<ImageEncoder<B>>,
     mlp: Mlp<B>,
+    #[module(skip)]
+    context: usize,
 }
 
 impl<B: Backend> ProgressNet<B> {
-    fn new(state_dim: usize, hidden: &[usize], device: &B::Device) -> Self {
+    fn new(
+        state_dim: usize,
+        image: Option<[usize; 3]>,
+        cfg: &ProgressConfig,
+        device: &B::Device,
+    ) -> Self {
+        let image = image.map(|[c, h, w]| ImageEncoder::new(c, h, w, &cfg.image_encoder, device));
+        let per_step = image.as_ref().map_or(state_dim, ImageEncoder::out_dim);
         Self {
-            mlp: crate::scalar_mlp(state_dim, hidden, device),
+            image,
+            mlp: crate::scalar_mlp(per_step * cfg.context, &cfg.hidden, device),
+            context: cfg.context,
         }
     }
 
-    /// [B, D] normalised states -> [B] progress in (0, 1).
+    /// [B, context x D] normalised states -> [B] progress in (0, 1).
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 1> {
         let b = x.dims()[0];
         burn::tensor::activation::sigmoid(self.mlp.forward(x)).reshape([b])
     }
+
+    /// Image models: CNN features of `frames` [M, C, H, W] in [0, 1] -> [M, F].
+    pub fn encode(&self, frames: Tensor<B, 4>) -> Tensor<B, 2> {
+        self.image
+            .as_ref()
+            .expect("encode is only called on image models")
+            .forward(frames)
+    }
+
+    /// Image models: per prediction, the rows of `feats` ([`Self::encode`]) of its context's
+    /// frames (`gather`, B x context indices, oldest first) -> [B] progress.
+    pub fn forward_features(&self, feats: Tensor<B, 2>, gather: &[usize]) -> Tensor<B, 1> {
+        let d = feats.dims()[1];
+        let idx = Tensor::<B, 1, Int>::from_data(
+            TensorData::new(
+                gather.iter().map(|&i| i as i64).collect::<Vec<_>>(),
+                [gather.len()],
+            ),
+            &feats.device(),
+        );
+        let b = gather.len() / self.context;
+        self.forward(feats.select(0, idx).reshape([b, self.context * d]))
+    }
+}
+
+/// [M, H, W, 3] RGB8 frames -> [M, 3, H, W] floats in [0, 1].
+fn frames_tensor<B: Backend>(
+    frames: &[&ImageObs],
+    shape: [usize; 3],
+    device: &B::Device,
+) -> Tensor<B, 4> {
+    let [_, h, w] = shape;
+    let data: Vec<f32> = frames
+        .iter()
+        .flat_map(|f| f.data.iter().map(|&v| f32::from(v) / 255.0))
+        .collect();
+    Tensor::<B, 4>::from_data(TensorData::new(data, [frames.len(), h, w, 3]), device)
+        .permute([0, 3, 1, 2])
+}
+
+/// The image of `o`, checked against `shape` ([3, H, W]); `what` names it in errors.
+fn checked_frame<'a>(
+    o: &'a Observation,
+    shape: [usize; 3],
+    what: &str,
+) -> Result<&'a ImageObs, RewardError> {
+    let [_, h, w] = shape;
+    let expected = format!("a {h} x {w} RGB image (what the progress model was trained on)");
+    match &o.image {
+        Some(im)
+            if im.height as usize == h && im.width as usize == w && im.data.len() == h * w * 3 =>
+        {
+            Ok(im)
+        }
+        Some(im) => Err(RewardError::Shape {
+            what: what.into(),
+            expected,
+            got: format!(
+                "a {} x {} image of {} bytes",
+                im.height,
+                im.width,
+                im.data.len()
+            ),
+        }),
+        None => Err(RewardError::Shape {
+            what: what.into(),
+            expected,
+            got: "no image (observe pixels, or render the states)".into(),
+        }),
+    }
+}
+
+/// Context indices (oldest first) of every step of a sequence of `n`.
+fn context_index(n: usize, context: usize, stride: usize) -> Vec<usize> {
+    (0..n)
+        .flat_map(|t| {
+            (0..context)
+                .rev()
+                .map(move |j| t.saturating_sub(j * stride))
+        })
+        .collect()
 }
 
 /// Everything a reward-model folder holds besides the weights.
@@ -154,6 +288,9 @@ pub struct ProgressMeta {
     /// Stage names when stage labels were used.
     #[serde(default)]
     pub stages: Vec<String>,
+    /// [channels, height, width] of the images an image model reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_shape: Option<[usize; 3]>,
     /// Training facts and held-out metrics.
     #[serde(default)]
     pub info: serde_json::Value,
@@ -173,6 +310,13 @@ impl<B: Backend> ProgressModel<B> {
     /// earlier states of the sequence); non-finite outputs are errors naming the index, values
     /// outside [0, 1] are clamped and counted.
     pub fn predict(&self, states: &[&[f32]]) -> Result<Vec<f64>, RewardError> {
+        if self.meta.image_shape.is_some() {
+            return Err(RewardError::Data(
+                "this progress model reads images, not state vectors: score observations \
+                 (episode_progress or predict_obs)"
+                    .into(),
+            ));
+        }
         let d = self.meta.state_dim;
         let mut normed = Vec::with_capacity(states.len());
         for (i, s) in states.iter().enumerate() {
@@ -199,6 +343,39 @@ impl<B: Backend> ProgressModel<B> {
             let net = self.net.lock().unwrap_or_else(|p| p.into_inner());
             net.forward(x)
         };
+        self.finish(out)
+    }
+
+    /// Phi along one episode's observations, in order: their state vectors or, for an image
+    /// model, their images (checked against the size it was trained on).
+    pub fn predict_obs(&self, obs: &[&Observation]) -> Result<Vec<f64>, RewardError> {
+        let Some(shape) = self.meta.image_shape else {
+            let states: Vec<&[f32]> = obs.iter().map(|o| o.state.as_slice()).collect();
+            return self.predict(&states);
+        };
+        let frames = obs
+            .iter()
+            .enumerate()
+            .map(|(i, o)| checked_frame(o, shape, &format!("observation {i} of the sequence")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if frames.is_empty() {
+            return Ok(Vec::new());
+        }
+        let c = &self.meta.config;
+        let gather = context_index(frames.len(), c.context, c.context_stride);
+        let out = {
+            let net = self.net.lock().unwrap_or_else(|p| p.into_inner());
+            // Encoded a chunk at a time: the CNN's activations of a whole episode are large.
+            let feats: Vec<Tensor<B, 2>> = frames
+                .chunks(64)
+                .map(|ch| net.encode(frames_tensor::<B>(ch, shape, &self.device)))
+                .collect();
+            net.forward_features(Tensor::cat(feats, 0), &gather)
+        };
+        self.finish(out)
+    }
+
+    fn finish(&self, out: Tensor<B, 1>) -> Result<Vec<f64>, RewardError> {
         let v: Vec<f32> = out
             .into_data()
             .convert::<f32>()
@@ -234,11 +411,11 @@ impl<B: Backend> ProgressModel<B> {
 
     /// Phi along an episode: its observations, then the final observation when recorded.
     pub fn episode_progress(&self, ep: &Episode) -> Result<Vec<f64>, RewardError> {
-        let mut states: Vec<&[f32]> = ep.observations.iter().map(|o| o.state.as_slice()).collect();
+        let mut obs: Vec<&Observation> = ep.observations.iter().collect();
         if let Some(f) = &ep.final_observation {
-            states.push(&f.state);
+            obs.push(f);
         }
-        self.predict(&states)
+        self.predict_obs(&obs)
     }
 }
 
@@ -252,8 +429,7 @@ where
     }
 
     fn progress(&self, obs: &[&Observation]) -> Result<Vec<f64>, RewardError> {
-        let states: Vec<&[f32]> = obs.iter().map(|o| o.state.as_slice()).collect();
-        self.predict(&states)
+        self.predict_obs(obs)
     }
 }
 
@@ -288,14 +464,10 @@ pub fn episode_labels(
 /// Model inputs along one episode: per step, the normalised states of its context (oldest
 /// first, indices before 0 repeating state 0), concatenated.
 fn context_rows(normed: &[Vec<f32>], context: usize, stride: usize) -> Vec<f32> {
-    let width = normed.first().map_or(0, Vec::len) * context;
-    let mut flat = Vec::with_capacity(normed.len() * width);
-    for t in 0..normed.len() {
-        for j in (0..context).rev() {
-            flat.extend_from_slice(&normed[t.saturating_sub(j * stride)]);
-        }
-    }
-    flat
+    context_index(normed.len(), context, stride)
+        .into_iter()
+        .flat_map(|i| normed[i].iter().copied())
+        .collect()
 }
 
 /// Whether episode `i` is held out.
@@ -319,6 +491,8 @@ pub struct Prepared {
     pub episodes: Vec<Episode>,
     /// Labels per training episode (None = not used).
     pub labels: Vec<Option<Vec<f32>>>,
+    /// [3, H, W] of the images an image model reads (None for state models).
+    pub image_shape: Option<[usize; 3]>,
 }
 
 /// Splits off the held-out episodes, checks the states and labels the rest.
@@ -334,9 +508,12 @@ pub fn prepare(
         .map(|o| o.state.len())
         .next()
         .ok_or_else(|| RewardError::Data("no episodes with observations".into()))?;
-    if state_dim == 0 {
+    let image = cfg.input == ProgressInput::Image;
+    if state_dim == 0 && (!image || cfg.labels == LabelKind::Stages) {
         return Err(RewardError::Data(
-            "the episodes have no state observations (progress models read states)".into(),
+            "the episodes have no state observations (state progress models and stage labels \
+             read states)"
+                .into(),
         ));
     }
     let train_eps: Vec<Episode> = episodes
@@ -363,6 +540,33 @@ pub fn prepare(
             stats.push(&o.state);
         }
     }
+    let image_shape = if image {
+        let first = train_eps
+            .iter()
+            .flat_map(|e| e.observations.first())
+            .next()
+            .and_then(|o| o.image.as_ref())
+            .ok_or_else(|| {
+                RewardError::Data(
+                    "progress.input = \"image\" but the episodes carry no images (observe pixels, \
+                     or render the states)"
+                        .into(),
+                )
+            })?;
+        let shape = [3, first.height as usize, first.width as usize];
+        for (k, ep) in train_eps.iter().enumerate() {
+            for (t, o) in ep.observations.iter().enumerate() {
+                checked_frame(
+                    o,
+                    shape,
+                    &format!("observation {t} of training episode {k}"),
+                )?;
+            }
+        }
+        Some(shape)
+    } else {
+        None
+    };
     let norm = Normalizer::min_max(&stats);
     let scale: Vec<f32> = stats
         .min
@@ -385,6 +589,7 @@ pub fn prepare(
         names,
         episodes: train_eps,
         labels,
+        image_shape,
     })
 }
 
@@ -409,29 +614,50 @@ pub fn train_prepared<B: AutodiffBackend>(
 ) -> Result<ProgressModel<B::InnerBackend>, RewardError> {
     let (state_dim, norm, owned, labels) =
         (prep.state_dim, &prep.norm, &prep.episodes, &prep.labels);
+    // State models: the context's normalised states of every labelled step. Image models: the
+    // frames of the labelled steps and, per step, its context's indices into them.
     let mut xs: Vec<Vec<f32>> = Vec::new();
+    let mut frames: Vec<&ImageObs> = Vec::new();
+    let mut ctx: Vec<Vec<usize>> = Vec::new();
     let mut ys: Vec<f32> = Vec::new();
     let mut used = 0;
-    // Index ranges of the labelled episodes in `xs` (ranking pairs stay inside one).
+    // Index ranges of the labelled episodes' steps (ranking pairs stay inside one).
     let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
     for (ep, l) in owned.iter().zip(labels) {
         let Some(l) = l else { continue };
         used += 1;
         let n = ep.observations.len().min(l.len());
-        spans.push(xs.len()..xs.len() + n);
-        let normed: Vec<Vec<f32>> = ep.observations[..n]
-            .iter()
-            .map(|o| {
-                let mut row = o.state.clone();
-                norm.normalize(&mut row);
-                row
-            })
-            .collect();
-        let rows = context_rows(&normed, cfg.context, cfg.context_stride);
-        xs.extend(rows.chunks(state_dim * cfg.context).map(<[f32]>::to_vec));
+        spans.push(ys.len()..ys.len() + n);
+        if let Some(shape) = prep.image_shape {
+            let base = frames.len();
+            for (t, o) in ep.observations[..n].iter().enumerate() {
+                frames.push(checked_frame(
+                    o,
+                    shape,
+                    &format!("training observation {t}"),
+                )?);
+            }
+            let index = context_index(n, cfg.context, cfg.context_stride);
+            ctx.extend(
+                index
+                    .chunks(cfg.context)
+                    .map(|c| c.iter().map(|i| base + i).collect()),
+            );
+        } else {
+            let normed: Vec<Vec<f32>> = ep.observations[..n]
+                .iter()
+                .map(|o| {
+                    let mut row = o.state.clone();
+                    norm.normalize(&mut row);
+                    row
+                })
+                .collect();
+            let rows = context_rows(&normed, cfg.context, cfg.context_stride);
+            xs.extend(rows.chunks(state_dim * cfg.context).map(<[f32]>::to_vec));
+        }
         ys.extend_from_slice(&l[..n]);
     }
-    if xs.is_empty() {
+    if ys.is_empty() {
         return Err(RewardError::Data(format!(
             "no labelled states: {} training episodes, none usable with {:?} labels (time labels \
              need successful episodes)",
@@ -441,8 +667,37 @@ pub fn train_prepared<B: AutodiffBackend>(
     }
     let width = state_dim * cfg.context;
     let mut net: ProgressNet<B> = seeded_init::<B, _>(device, cfg.seed, || {
-        ProgressNet::new(width, &cfg.hidden, device)
+        ProgressNet::new(state_dim, prep.image_shape, cfg, device)
     });
+    // Phi of the given training rows.
+    let forward = |net: &ProgressNet<B>, rows: &[usize]| -> Tensor<B, 1> {
+        match prep.image_shape {
+            None => {
+                let x: Vec<f32> = rows.iter().flat_map(|&i| xs[i].iter().copied()).collect();
+                net.forward(Tensor::from_data(
+                    TensorData::new(x, [rows.len(), width]),
+                    device,
+                ))
+            }
+            Some(shape) => {
+                // Each distinct frame of the batch through the CNN once.
+                let mut local = std::collections::HashMap::new();
+                let mut batch: Vec<&ImageObs> = Vec::new();
+                let mut gather = Vec::with_capacity(rows.len() * cfg.context);
+                for &i in rows {
+                    for &g in &ctx[i] {
+                        let k = *local.entry(g).or_insert_with(|| {
+                            batch.push(frames[g]);
+                            batch.len() - 1
+                        });
+                        gather.push(k);
+                    }
+                }
+                let feats = net.encode(frames_tensor::<B>(&batch, shape, device));
+                net.forward_features(feats, &gather)
+            }
+        }
+    };
     let mut optim = AdamWConfig::new()
         .with_weight_decay(cfg.weight_decay as f32)
         .init::<B, ProgressNet<B>>();
@@ -450,23 +705,15 @@ pub fn train_prepared<B: AutodiffBackend>(
     let mut loss_sum = 0.0;
     let mut last_loss = f64::NAN;
     for step in 0..cfg.steps {
-        let bsz = cfg.batch_size.min(xs.len());
-        let idx: Vec<usize> = (0..bsz).map(|_| r.random_range(0..xs.len())).collect();
-        let x: Vec<f32> = idx.iter().flat_map(|&i| xs[i].iter().copied()).collect();
+        let bsz = cfg.batch_size.min(ys.len());
+        let idx: Vec<usize> = (0..bsz).map(|_| r.random_range(0..ys.len())).collect();
         let y: Vec<f32> = idx.iter().map(|&i| ys[i]).collect();
-        let x = Tensor::<B, 2>::from_data(TensorData::new(x, [bsz, width]), device);
         let y = Tensor::<B, 1>::from_data(TensorData::new(y, [bsz]), device);
-        let mut loss = (net.forward(x) - y).square().mean();
+        let mut loss = (forward(&net, &idx) - y).square().mean();
         if cfg.rank_weight > 0.0 {
             let (early, late) = rank_pairs(&spans, &ys, bsz, &mut r);
             if !early.is_empty() {
-                let n = early.len();
-                let batch = |rows: &[usize]| {
-                    let x: Vec<f32> = rows.iter().flat_map(|&i| xs[i].iter().copied()).collect();
-                    Tensor::<B, 2>::from_data(TensorData::new(x, [n, width]), device)
-                };
-                let margin =
-                    (net.forward(batch(&late)) - net.forward(batch(&early))) / cfg.rank_temperature;
+                let margin = (forward(&net, &late) - forward(&net, &early)) / cfg.rank_temperature;
                 let rank = -burn::tensor::activation::log_sigmoid(margin).mean();
                 loss = loss + rank * cfg.rank_weight;
             }
@@ -489,7 +736,7 @@ pub fn train_prepared<B: AutodiffBackend>(
     let info = serde_json::json!({
         "train_episodes": owned.len(),
         "labelled_episodes": used,
-        "train_states": xs.len(),
+        "train_states": ys.len(),
         "final_loss": last_loss,
         "stage_budgets": prep.budgets,
     });
@@ -499,6 +746,7 @@ pub fn train_prepared<B: AutodiffBackend>(
         norm: norm.clone(),
         config: cfg.clone(),
         stages: prep.names.clone(),
+        image_shape: prep.image_shape,
         info,
     };
     Ok(ProgressModel {
@@ -551,8 +799,7 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<ProgressModel<
             message: "normaliser and state_dim disagree".into(),
         });
     }
-    let width = meta.state_dim * meta.config.context.max(1);
-    let mut net = ProgressNet::<B>::new(width, &meta.config.hidden, device);
+    let mut net = ProgressNet::<B>::new(meta.state_dim, meta.image_shape, &meta.config, device);
     crate::folder::load_weights(dir, &mut net)?;
     Ok(ProgressModel {
         net: Mutex::new(net),

@@ -6,10 +6,11 @@ use diffrl_core::episode::Episode;
 use diffrl_core::seeding::rng;
 use diffrl_core::space::Observation;
 use diffrl_core::stages::StagePredicates;
+use diffrl_policy::config::ImageEncoderConfig;
 use diffrl_policy::{CpuAutodiff, CpuBackend};
 use diffrl_reward::RewardError;
 use diffrl_reward::labels::LabelKind;
-use diffrl_reward::progress::{self, ProgressConfig};
+use diffrl_reward::progress::{self, ProgressConfig, ProgressInput};
 use rand::Rng;
 
 /// Stage 1: x > 0.5; stage 2: x > 0.9 (the goal).
@@ -160,6 +161,114 @@ fn context_orders_what_a_single_state_cannot() {
         .unwrap()
         .to_string();
     assert!(e.contains("context"), "{e}");
+}
+
+/// `episodes` seen through a 16 x 16 camera: a bright 2 x 2 spot at x (columns) on a dark
+/// background whose rows carry the noise dimension y; the state vector is kept for the labels.
+fn with_images(eps: &[Episode]) -> Vec<Episode> {
+    const S: usize = 16;
+    let pixels = |s: &[f32]| {
+        let mut data = vec![20u8; S * S * 3];
+        let col = ((s[0].clamp(0.0, 1.0) * (S - 2) as f32).round() as usize).min(S - 2);
+        let row = (((s[1] + 1.0) / 2.0 * (S - 2) as f32).round() as usize).min(S - 2);
+        for (r, c) in [
+            (row, col),
+            (row, col + 1),
+            (row + 1, col),
+            (row + 1, col + 1),
+        ] {
+            data[(r * S + c) * 3..(r * S + c) * 3 + 3].fill(250);
+        }
+        diffrl_core::space::ImageObs {
+            height: S as u32,
+            width: S as u32,
+            data,
+        }
+    };
+    eps.iter()
+        .cloned()
+        .map(|mut ep| {
+            for o in &mut ep.observations {
+                o.image = Some(pixels(&o.state));
+            }
+            ep
+        })
+        .collect()
+}
+
+#[test]
+fn image_model_learns_progress_from_pixels() {
+    let eps = with_images(&episodes(60, 1));
+    let c = ProgressConfig {
+        input: ProgressInput::Image,
+        image_encoder: ImageEncoderConfig {
+            channels: vec![8],
+            groups: 4,
+            keypoints: 4,
+            out_dim: 8,
+        },
+        batch_size: 32,
+        steps: 150,
+        context: 2,
+        context_stride: 2,
+        ..cfg(LabelKind::Stages)
+    };
+    let model =
+        progress::train::<CpuAutodiff>(&eps, Some(&Line), &c, &Default::default(), &mut |_, _| {})
+            .unwrap();
+    let test = with_images(&episodes(30, 2));
+    let refs: Vec<&Episode> = test.iter().collect();
+    let m = progress::evaluate(&model, &refs).unwrap();
+    assert!(m.voc > 0.9, "{m:?}");
+    assert!(m.success_auroc.unwrap() > 0.9, "{m:?}");
+    // Round trip; then what an image model refuses.
+    let d = tempfile_dir("image");
+    progress::save(&model, &d).unwrap();
+    let back = progress::load::<CpuBackend>(&d, &Default::default()).unwrap();
+    let obs: Vec<&Observation> = test[0].observations.iter().collect();
+    assert_eq!(
+        back.predict_obs(&obs).unwrap(),
+        model.predict_obs(&obs).unwrap()
+    );
+    let e = back.predict(&[&[0.1, 0.2]]).err().unwrap().to_string();
+    assert!(e.contains("reads images"), "{e}");
+    let bare = Observation::state(vec![0.1, 0.2]);
+    match back.predict_obs(&[obs[0], &bare]) {
+        Err(RewardError::Shape { what, got, .. }) => {
+            assert!(
+                what.contains("observation 1") && got.contains("no image"),
+                "{what} {got}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut small = obs[0].clone();
+    small.image = Some(diffrl_core::space::ImageObs {
+        height: 8,
+        width: 8,
+        data: vec![0; 8 * 8 * 3],
+    });
+    match back.predict_obs(&[&small]) {
+        Err(RewardError::Shape { expected, got, .. }) => {
+            assert!(
+                expected.contains("16 x 16") && got.contains("8 x 8"),
+                "{expected} {got}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // Training an image model on episodes without images names the problem.
+    let e = progress::train::<CpuAutodiff>(
+        &episodes(5, 3),
+        Some(&Line),
+        &c,
+        &Default::default(),
+        &mut |_, _| {},
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("no images"), "{e}");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use tiny_skia::{Color, FillRule, Paint, PathBuilder, Pixmap, Stroke, Transform};
 
-use crate::geometry::{OUTLINE, Pose};
+use crate::geometry::{GOAL, OUTLINE, Pose};
 use crate::physics::AGENT_RADIUS;
 
 /// What to draw.
@@ -40,6 +40,21 @@ fn t_path(pose: &Pose) -> Option<tiny_skia::Path> {
     }
     pb.close();
     pb.finish()
+}
+
+/// The untinted image of an observed state `[agent_x, agent_y, block_x, block_y, block_angle]`
+/// (`obs = "state"`), as the environment renders it in that state: gives states recorded
+/// without images (datasets, state rollouts) the pixels an image model reads. None unless the
+/// state has 5 values.
+pub fn render_state(state: &[f32], size: u32) -> Option<Vec<u8>> {
+    let [ax, ay, bx, by, angle] = <[f32; 5]>::try_from(state).ok()?;
+    let scene = Scene {
+        agent: [f64::from(ax), f64::from(ay)],
+        block: Pose::new(f64::from(bx), f64::from(by), f64::from(angle)),
+        goal: GOAL,
+        tint: [1.0; 3],
+    };
+    Some(render_rgb(&scene, size))
 }
 
 /// Renders `scene` as a `size x size` RGB8 image (row-major, HWC).

@@ -240,3 +240,26 @@ fn vec_env_is_deterministic_across_thread_counts() {
     };
     assert_eq!(run_vec(1), run_vec(2));
 }
+
+#[test]
+fn rendered_state_matches_the_pixels_the_env_observes() {
+    let acts = actions(4, 40);
+    let mut state = PushT::builder().obs(ObsMode::State).build();
+    let mut pixels = PushT::builder().obs(ObsMode::Pixels).build();
+    let (mut s, mut p) = (state.reset(11), pixels.reset(11));
+    for a in &acts {
+        let img = p.image.as_ref().unwrap();
+        let drawn = diffrl_pusht::render::render_state(&s.state, img.width).unwrap();
+        // The observed state is f32: anti-aliased edges may differ by a unit or two.
+        let worst = drawn
+            .iter()
+            .zip(&img.data)
+            .map(|(a, b)| a.abs_diff(*b))
+            .max()
+            .unwrap();
+        assert!(worst <= 3, "largest pixel difference {worst}");
+        s = state.step(a).unwrap().obs;
+        p = pixels.step(a).unwrap().obs;
+    }
+    assert!(diffrl_pusht::render::render_state(&[1.0, 2.0], 96).is_none());
+}
