@@ -38,12 +38,15 @@ pub(crate) fn save<B: Backend, M: Module<B>>(
 }
 
 /// Reads the metadata of a folder that must hold a `kind` model (`what` names it in errors,
-/// e.g. "a progress model"; `train` is the command that makes one).
+/// e.g. "a progress model"; `train` is the command that makes one). `legacy` lists settings
+/// of `config` added after folders were first written, with the value such older folders were
+/// trained with (the current default may differ).
 pub(crate) fn load_meta<T: DeserializeOwned>(
     dir: &Path,
     kind: &str,
     what: &str,
     train: &str,
+    legacy: &[(&str, serde_json::Value)],
 ) -> Result<T, RewardError> {
     let path = dir.join(META_FILE);
     let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -56,6 +59,12 @@ pub(crate) fn load_meta<T: DeserializeOwned>(
         serde_json::from_str(&text).map_err(|e| ck(&path, format!("invalid JSON: {e}")))?;
     if value["kind"] != kind {
         return Err(ck(&path, format!("a {} model, not {what}", value["kind"])));
+    }
+    let mut value = value;
+    if let Some(config) = value.get_mut("config").and_then(|c| c.as_object_mut()) {
+        for (key, old) in legacy {
+            config.entry(key.to_string()).or_insert_with(|| old.clone());
+        }
     }
     serde_json::from_value(value).map_err(|e| ck(&path, format!("invalid JSON: {e}")))
 }

@@ -1,5 +1,5 @@
-//! The progress reward model Phi(s) in [0, 1]: an MLP on the normalised state with a sigmoid
-//! head, trained by regression on progress labels ([`crate::labels`]); its checkpoints; and the
+//! The progress reward model Phi(s) in [0, 1]: an MLP with a sigmoid head on the normalised
+//! states of a short context of steps (or on CNN features of their images), trained by regression on progress labels ([`crate::labels`]); its checkpoints; and the
 //! metrics of ALGORITHMS.md §4 on held-out episodes.
 
 use std::path::Path;
@@ -64,6 +64,8 @@ pub struct ProgressConfig {
     /// `context_stride` environment steps apart (indices before the episode's start repeat its
     /// first state). 1 = Phi(s_t) alone. The potential is then a function of the recent
     /// history, which shaping allows (the telescoping sum does not care what Phi reads).
+    /// Default 4 states 8 steps apart (tuned on Push-T at 10 Hz, docs/reward.md); folders
+    /// written before the setting existed read as 1.
     pub context: usize,
     /// Environment steps between the states of the context.
     pub context_stride: usize,
@@ -101,8 +103,8 @@ impl Default for ProgressConfig {
             seed: 0,
             rank_weight: 3.0,
             rank_temperature: 0.01,
-            context: 1,
-            context_stride: 1,
+            context: 4,
+            context_stride: 8,
             input: ProgressInput::State,
             image_encoder: ImageEncoderConfig {
                 channels: vec![16, 32],
@@ -791,8 +793,16 @@ pub fn save<B: Backend>(model: &ProgressModel<B>, dir: &Path) -> Result<(), Rewa
 
 /// Loads a model folder written by [`save`].
 pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<ProgressModel<B>, RewardError> {
-    let meta: ProgressMeta =
-        crate::folder::load_meta(dir, "progress", "a progress model", "diffrl reward train")?;
+    let meta: ProgressMeta = crate::folder::load_meta(
+        dir,
+        "progress",
+        "a progress model",
+        "diffrl reward train",
+        &[
+            ("context", serde_json::json!(1)),
+            ("context_stride", serde_json::json!(1)),
+        ],
+    )?;
     if meta.norm.dim() != meta.state_dim {
         return Err(RewardError::Checkpoint {
             path: dir.join(META_FILE),

@@ -47,8 +47,8 @@ pub struct SpaConfig {
     /// plus the residuals: outcomes that follow from where an episode ends are fitted through
     /// g, whatever the episode's length, and h keeps the per-step freedom of SPA. Without it
     /// (the form of the SPA paper), every step's output adds up, and sums over episodes of
-    /// very different lengths are hard to fit (docs/reward.md). Off by default (and in
-    /// folders written before it existed); Push-T's config turns it on.
+    /// very different lengths are hard to fit (docs/reward.md). On by default; folders written
+    /// before the setting existed read as off.
     pub potential: bool,
 }
 
@@ -61,7 +61,7 @@ impl Default for SpaConfig {
             lr: 1e-3,
             weight_decay: 1e-4,
             seed: 0,
-            potential: false,
+            potential: true,
         }
     }
 }
@@ -356,8 +356,13 @@ pub fn save<B: Backend>(model: &SpaModel<B>, dir: &Path) -> Result<(), RewardErr
 
 /// Loads a folder written by [`save`].
 pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<SpaModel<B>, RewardError> {
-    let meta: SpaMeta =
-        crate::folder::load_meta(dir, "spa", "an SPA model", "diffrl reward train --kind spa")?;
+    let meta: SpaMeta = crate::folder::load_meta(
+        dir,
+        "spa",
+        "an SPA model",
+        "diffrl reward train --kind spa",
+        &[("potential", serde_json::json!(false))],
+    )?;
     let mut net = SpaNet::<B>::new(meta.state_dim, &meta.config, device);
     crate::folder::load_weights(dir, &mut net)?;
     Ok(SpaModel {
@@ -461,6 +466,8 @@ mod tests {
             steps: 1500,
             episodes_per_batch: 16,
             lr: 3e-3,
+            // The SPA paper's free form: it has to find the steps on its own.
+            potential: false,
             ..SpaConfig::default()
         };
         let model =

@@ -60,6 +60,8 @@ fn cfg(labels: LabelKind) -> ProgressConfig {
         steps: 400,
         batch_size: 64,
         lr: 3e-3,
+        context: 1,
+        context_stride: 1,
         ..ProgressConfig::default()
     }
 }
@@ -290,6 +292,17 @@ fn save_load_round_trip_and_bad_input() {
     let back = progress::load::<CpuBackend>(&d, &Default::default()).unwrap();
     let s: [&[f32]; 2] = [&[0.1, 0.2], &[0.8, -0.3]];
     assert_eq!(model.predict(&s).unwrap(), back.predict(&s).unwrap());
+    // A folder written before the context existed reads as one state (its training setting).
+    let meta_path = d.join("reward.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&meta_path).unwrap()).unwrap();
+    let config = meta["config"].as_object_mut().unwrap();
+    config.remove("context");
+    config.remove("context_stride");
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+    let old = progress::load::<CpuBackend>(&d, &Default::default()).unwrap();
+    assert_eq!(old.meta.config.context, 1);
+    assert_eq!(model.predict(&s).unwrap(), old.predict(&s).unwrap());
     // Another observation space.
     match back.predict(&[&[0.1, 0.2, 0.3]]) {
         Err(RewardError::Shape { expected, .. }) => assert!(expected.contains("2 values")),
