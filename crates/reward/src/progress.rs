@@ -809,6 +809,13 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<ProgressModel<
             message: "normaliser and state_dim disagree".into(),
         });
     }
+    // Settings that would not build a network (edited or corrupt files) are errors, not panics.
+    meta.config
+        .validate()
+        .map_err(|e| RewardError::Checkpoint {
+            path: dir.join(META_FILE),
+            message: e.to_string(),
+        })?;
     let mut net = ProgressNet::<B>::new(meta.state_dim, meta.image_shape, &meta.config, device);
     crate::folder::load_weights(dir, &mut net)?;
     Ok(ProgressModel {

@@ -303,6 +303,14 @@ fn save_load_round_trip_and_bad_input() {
     let old = progress::load::<CpuBackend>(&d, &Default::default()).unwrap();
     assert_eq!(old.meta.config.context, 1);
     assert_eq!(model.predict(&s).unwrap(), old.predict(&s).unwrap());
+    // Settings that cannot build a network are a checkpoint error naming the file.
+    meta["config"]["context"] = serde_json::json!(0);
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+    let e = progress::load::<CpuBackend>(&d, &Default::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("reward.json") && e.contains("context"), "{e}");
     // Another observation space.
     match back.predict(&[&[0.1, 0.2, 0.3]]) {
         Err(RewardError::Shape { expected, .. }) => assert!(expected.contains("2 values")),
