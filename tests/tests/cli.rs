@@ -7,7 +7,8 @@ use std::path::Path;
 use diffrl_core::Env;
 use diffrl_core::lerobot::read_dataset;
 use diffrl_core::seeding::derive;
-use diffrl_pusht::PushT;
+use diffrl_pusht::geometry::Pose;
+use diffrl_pusht::{PushT, Pusher};
 use serde_json::Value;
 
 fn cli(args: &[&str]) -> anyhow_like::Result<String> {
@@ -134,6 +135,58 @@ fn sim_replays_actions_like_gym_pusht() {
     let err = (ours[2].as_f64().unwrap() - theirs[2].as_f64().unwrap())
         .hypot(ours[3].as_f64().unwrap() - theirs[3].as_f64().unwrap());
     assert!(err < 5.0, "end position differs by {err} px");
+}
+
+#[test]
+fn dart_demos_execute_noise_and_record_the_pushers_labels() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(d.path(), "");
+    let out = d.path().join("dart");
+    let o = out.to_str().unwrap();
+    let msg = cli(&[
+        "demos",
+        "pusht",
+        "--episodes",
+        "2",
+        "--seed",
+        "5",
+        "--noise",
+        "10",
+        "--out",
+        o,
+        "--config",
+        &cfg,
+    ])
+    .unwrap();
+    assert!(msg.contains("action jumps median"), "{msg}");
+    let eps = read_dataset(&out)
+        .unwrap()
+        .episodes("observation.state")
+        .unwrap();
+    let pusher = Pusher::default();
+    let (mut frames, mut labelled, mut reproduced) = (0, 0, true);
+    for (i, ep) in eps.iter().enumerate() {
+        let mut env = PushT::builder().max_episode_steps(25).build();
+        env.reset(derive(5, i as u64));
+        for (obs, a) in ep.observations.iter().zip(&ep.actions) {
+            let s: Vec<f64> = obs.state.iter().map(|&v| f64::from(v)).collect();
+            let label = pusher.act([s[0], s[1]], &Pose::new(s[2], s[3], s[4]));
+            frames += 1;
+            labelled += usize::from((label[0] - a[0]).abs() < 0.1 && (label[1] - a[1]).abs() < 0.1);
+            let t = env.true_state();
+            reproduced &= s.iter().zip(t).all(|(x, y)| (x - y).abs() < 1e-3);
+            env.step(a).unwrap();
+        }
+    }
+    // Labels are the pusher's action on the recorded (f32-rounded) state; the executed actions
+    // carried noise, so replaying the labels leaves the recorded path.
+    assert!(labelled * 100 >= frames * 95, "{labelled}/{frames}");
+    assert!(
+        !reproduced,
+        "replaying the labels reproduced the noisy episode"
+    );
+    let e = cli(&["demos", "pusht", "--noise=-1", "--out", o]).unwrap_err();
+    assert!(e.contains("--noise"), "{e}");
 }
 
 #[test]

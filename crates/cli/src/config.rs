@@ -180,6 +180,10 @@ pub struct DemosSection {
     pub episodes: usize,
     /// Keep only successful episodes.
     pub only_successful: bool,
+    /// DART noise injection: the executed action is the expert's plus Gaussian noise of this
+    /// standard deviation (px, clipped to the arena); the recorded label stays the expert's
+    /// own action, so the data covers states just off the expert's path (0 = off).
+    pub noise_px: f64,
     /// A LeRobot dataset folder to train on instead of recording demos (empty = record).
     pub dataset: PathBuf,
 }
@@ -189,6 +193,7 @@ impl Default for DemosSection {
         Self {
             episodes: 200,
             only_successful: false,
+            noise_px: 0.0,
             dataset: crate::pipeline::SHIPPED_DATASET.into(),
         }
     }
@@ -215,6 +220,11 @@ impl Validate for RunConfig {
             self.demos.episodes >= 1,
             "demos.episodes",
             "must be at least 1",
+        )?;
+        ensure(
+            self.demos.noise_px.is_finite() && self.demos.noise_px >= 0.0,
+            "demos.noise_px",
+            "must be a finite number of pixels >= 0",
         )?;
         ensure(
             self.eval.episodes >= 1,
@@ -331,6 +341,18 @@ mod tests {
         std::fs::write(&p, "[expert]\nsamples = 1\n").unwrap();
         let e = load(Some(&p)).unwrap_err().to_string();
         assert!(e.ends_with("expert.samples: must be at least 2"), "{e}");
+        std::fs::write(&p, "[expert.pusher]\nmove_step = 0.0\n").unwrap();
+        let e = load(Some(&p)).unwrap_err().to_string();
+        assert!(e.ends_with("expert.pusher.move_step: must be > 0"), "{e}");
+        std::fs::write(&p, "[expert]\nkind = \"cem\"\n").unwrap();
+        let e = load(Some(&p)).unwrap_err().to_string();
+        assert!(e.contains("bad.toml") && e.contains("kind"), "{e}");
+        std::fs::write(&p, "[demos]\nnoise_px = -1.0\n").unwrap();
+        let e = load(Some(&p)).unwrap_err().to_string();
+        assert!(
+            e.ends_with("demos.noise_px: must be a finite number of pixels >= 0"),
+            "{e}"
+        );
         std::fs::write(&p, "task = \"arm\"\n").unwrap();
         assert!(
             load(Some(&p))

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 /// Seed stream of the expert's noise, separate from the environment's.
 const EXPERT_STREAM: u64 = 0xE7;
+/// Seed stream of the DART noise added to executed actions.
+const DART_STREAM: u64 = 0xDA;
 
 /// What a batch of expert episodes achieved.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,27 +36,67 @@ pub struct DemoSummary {
     pub mean_length: f64,
     /// Environment steps executed in episodes (not counting planning look-ahead).
     pub env_steps: usize,
+    /// Median distance (px) between consecutive actions within an episode: how jumpy the
+    /// demonstrations are (datasets recorded before it read as 0).
+    #[serde(default)]
+    pub action_jump_median: f64,
+    /// 90th percentile of that distance (px).
+    #[serde(default)]
+    pub action_jump_p90: f64,
     /// Wall-clock seconds.
     pub seconds: f64,
 }
 
-/// One expert episode on `env` from `seed`. `on_step` sees (observation, action) pairs.
+/// One expert episode on `env` from `seed`, executing the expert's actions plus DART noise of
+/// `noise_px` standard deviation. `on_step` sees (observation, label) pairs.
 pub fn expert_episode(
     env: &mut PushT,
     expert: &mut Expert,
     seed: u64,
+    noise_px: f64,
     mut on_step: impl FnMut(&PushT, [f32; 2], &diffrl_core::StepResult),
 ) -> anyhow::Result<Episode> {
     env.reset(seed);
     expert.reset(derive(seed, EXPERT_STREAM));
-    run_expert_from_current(env, expert, Some(seed), &mut on_step)
+    let mut noise = Dart::new(noise_px, derive(seed, DART_STREAM));
+    run_expert_from_current(env, expert, Some(seed), &mut noise, &mut on_step)
 }
 
-/// Runs the expert from `env`'s current state until the episode ends.
+/// DART noise injection (Laskey et al. 2017): Gaussian noise on the executed action only.
+pub struct Dart {
+    std: f64,
+    rng: diffrl_core::seeding::Rng,
+}
+
+impl Dart {
+    /// Noise of `std` px (0 = none) from the stream `seed`.
+    pub fn new(std: f64, seed: u64) -> Self {
+        Self {
+            std,
+            rng: diffrl_core::seeding::rng(seed),
+        }
+    }
+
+    /// The action to execute for the expert's `label`.
+    fn perturb(&mut self, label: [f32; 2]) -> [f32; 2] {
+        if self.std <= 0.0 {
+            return label;
+        }
+        label.map(|v| {
+            let n: f64 =
+                rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut self.rng);
+            (f64::from(v) + self.std * n).clamp(0.0, 512.0) as f32
+        })
+    }
+}
+
+/// Runs the expert from `env`'s current state until the episode ends; episodes record the
+/// expert's labels, the environment gets them through `noise`.
 pub fn run_expert_from_current(
     env: &mut PushT,
     expert: &mut Expert,
     seed: Option<u64>,
+    noise: &mut Dart,
     on_step: &mut dyn FnMut(&PushT, [f32; 2], &diffrl_core::StepResult),
 ) -> anyhow::Result<Episode> {
     let mut ep = Episode {
@@ -65,7 +107,7 @@ pub fn run_expert_from_current(
     loop {
         let state = env.true_state().map(|v| v as f32).to_vec();
         let action = expert.act(env);
-        let r = env.step(&action)?;
+        let r = env.step(&noise.perturb(action))?;
         on_step(env, action, &r);
         ep.push(
             Observation::state(state),
@@ -82,10 +124,12 @@ pub fn run_expert_from_current(
     }
 }
 
-/// Runs `episodes` expert episodes; episode `i` starts from seed `derive(seed, i)`.
+/// Runs `episodes` expert episodes with DART noise of `noise_px`; episode `i` starts from seed
+/// `derive(seed, i)`.
 pub fn generate(
     env_cfg: &PushTConfig,
     expert_cfg: &ExpertConfig,
+    noise_px: f64,
     episodes: usize,
     seed: u64,
     threads: usize,
@@ -111,7 +155,7 @@ pub fn generate(
                 let s = derive(seed, i as u64);
                 let mut env = PushT::builder().config(env_cfg.clone()).build();
                 let mut expert = Expert::new(expert_cfg.clone(), s);
-                let ep = expert_episode(&mut env, &mut expert, s, |_, _, _| {})?;
+                let ep = expert_episode(&mut env, &mut expert, s, noise_px, |_, _, _| {})?;
                 let done = successes
                     .fetch_add(ep.success() as usize, std::sync::atomic::Ordering::Relaxed)
                     + ep.success() as usize;
@@ -131,7 +175,28 @@ pub fn summarize(eps: &[Episode], seconds: f64) -> DemoSummary {
     let n = eps.len();
     let successes = eps.iter().filter(|e| e.success()).count();
     let (lo, hi) = wilson_interval(successes, n, 1.959964);
+    let mut jumps: Vec<f64> = eps
+        .iter()
+        .flat_map(|e| {
+            e.actions.windows(2).map(|w| {
+                w[0].iter()
+                    .zip(&w[1])
+                    .map(|(a, b)| f64::from(a - b).powi(2))
+                    .sum::<f64>()
+                    .sqrt()
+            })
+        })
+        .collect();
+    jumps.sort_by(f64::total_cmp);
+    let quantile = |q: f64| {
+        jumps
+            .get(((jumps.len().max(1) - 1) as f64 * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
     DemoSummary {
+        action_jump_median: quantile(0.5),
+        action_jump_p90: quantile(0.9),
         episodes: n,
         successes,
         success_rate: successes as f64 / n.max(1) as f64,
@@ -147,13 +212,15 @@ impl std::fmt::Display for DemoSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} episodes: success {:.1}% (95% CI {:.1}-{:.1}%), mean max reward {:.3}, mean length {:.1} steps, {:.1} s",
+            "{} episodes: success {:.1}% (95% CI {:.1}-{:.1}%), mean max reward {:.3}, mean length {:.1} steps, action jumps median {:.1} px (p90 {:.1}), {:.1} s",
             self.episodes,
             100.0 * self.success_rate,
             100.0 * self.success_ci95[0],
             100.0 * self.success_ci95[1],
             self.mean_max_reward,
             self.mean_length,
+            self.action_jump_median,
+            self.action_jump_p90,
             self.seconds
         )
     }

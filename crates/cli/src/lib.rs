@@ -94,7 +94,14 @@ pub enum Command {
         /// Keep only successful episodes.
         #[arg(long)]
         only_successful: bool,
-        /// Run config whose [env] and [expert] tables apply.
+        /// Which expert acts (default: the config's [expert].kind, `pusher` unless set).
+        #[arg(long, value_enum)]
+        expert: Option<ExpertChoice>,
+        /// DART noise: standard deviation (px) added to executed actions; labels stay the
+        /// expert's (default: the config's [demos].noise_px).
+        #[arg(long, value_name = "PX")]
+        noise: Option<f64>,
+        /// Run config whose [env], [expert] and [demos] tables apply.
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -127,6 +134,42 @@ pub enum Command {
     },
 }
 
+/// `--expert` of `diffrl demos`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ExpertChoice {
+    /// The stateless pusher (a function of the observed state).
+    Pusher,
+    /// MPPI over cloned worlds.
+    Mppi,
+}
+
+impl ExpertChoice {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Pusher => "pusher",
+            Self::Mppi => "mppi",
+        }
+    }
+}
+
+impl From<ExpertChoice> for diffrl_pusht::ExpertKind {
+    fn from(c: ExpertChoice) -> Self {
+        match c {
+            ExpertChoice::Pusher => Self::Pusher,
+            ExpertChoice::Mppi => Self::Mppi,
+        }
+    }
+}
+
+impl From<diffrl_pusht::ExpertKind> for ExpertChoice {
+    fn from(k: diffrl_pusht::ExpertKind) -> Self {
+        match k {
+            diffrl_pusht::ExpertKind::Pusher => Self::Pusher,
+            diffrl_pusht::ExpertKind::Mppi => Self::Mppi,
+        }
+    }
+}
+
 /// Parses `args` (including the program name) and runs the command; output goes to `out`.
 pub fn run_cli<I, T>(args: I, out: &mut dyn Write) -> anyhow::Result<()>
 where
@@ -145,6 +188,8 @@ where
             overwrite,
             threads,
             only_successful,
+            expert,
+            noise,
             config,
         } => {
             if task != "pusht" {
@@ -152,18 +197,28 @@ where
             }
             anyhow::ensure!(episodes >= 1, "--episodes must be at least 1");
             viz::ignored(rerun, "demos");
-            let (cfg, _) = config::load(config.as_deref())?;
-            let (eps, summary) = demos::generate(&cfg.env, &cfg.expert, episodes, seed, threads)?;
+            let (mut cfg, _) = config::load(config.as_deref())?;
+            if let Some(e) = expert {
+                cfg.expert.kind = e.into();
+            }
+            let noise_px = noise.unwrap_or(cfg.demos.noise_px);
+            anyhow::ensure!(
+                noise_px.is_finite() && noise_px >= 0.0,
+                "--noise must be a finite number of pixels >= 0, got {noise_px}"
+            );
+            let (eps, summary) =
+                demos::generate(&cfg.env, &cfg.expert, noise_px, episodes, seed, threads)?;
             writeln!(out, "{summary}")?;
             let command = format!(
-                "diffrl demos pusht --episodes {episodes} --seed {seed}{}",
+                "diffrl demos pusht --episodes {episodes} --seed {seed} --expert {} --noise {noise_px}{}",
+                ExpertChoice::from(cfg.expert.kind).name(),
                 if only_successful {
                     " --only-successful"
                 } else {
                     ""
                 }
             );
-            let provenance = serde_json::json!({"command": command, "seed": seed, "env": cfg.env, "expert": cfg.expert, "diffrl_version": env!("CARGO_PKG_VERSION")});
+            let provenance = serde_json::json!({"command": command, "seed": seed, "env": cfg.env, "expert": cfg.expert, "noise_px": noise_px, "diffrl_version": env!("CARGO_PKG_VERSION")});
             let written =
                 demos::write(&dir, &eps, &summary, provenance, only_successful, overwrite)?;
             writeln!(out, "wrote {written} episodes to {}", dir.display())?;
@@ -205,12 +260,15 @@ where
             )?;
             writeln!(
                 out,
-                "success {:.1}% (95% CI {:.1}-{:.1}%), mean max reward {:.3}, mean length {:.1}",
+                "success {:.1}% (95% CI {:.1}-{:.1}%), mean max reward {:.3}, mean length {:.1}, \
+                 action jumps median {:.1} (p90 {:.1})",
                 100.0 * summary.success_rate,
                 100.0 * summary.success_ci95[0],
                 100.0 * summary.success_ci95[1],
                 summary.mean_max_reward,
-                summary.mean_length
+                summary.mean_length,
+                summary.action_jump_median,
+                summary.action_jump_p90
             )?;
             Ok(())
         }

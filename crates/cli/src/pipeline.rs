@@ -616,7 +616,7 @@ fn demos_stage(
         )?;
     }
     let demos_dir = root.join("demos");
-    let fingerprint = json!({"seed": cfg.run.seed, "episodes": cfg.demos.episodes, "only_successful": cfg.demos.only_successful, "env": cfg.env, "expert": cfg.expert});
+    let fingerprint = json!({"seed": cfg.run.seed, "episodes": cfg.demos.episodes, "only_successful": cfg.demos.only_successful, "noise_px": cfg.demos.noise_px, "env": cfg.env, "expert": cfg.expert});
     if let Some(ds) = read_dataset(&demos_dir)
         .ok()
         .filter(|ds| ds.info["diffrl"]["provenance"]["fingerprint"] == fingerprint)
@@ -632,12 +632,13 @@ fn demos_stage(
     }
     writeln!(
         out,
-        "{h}: {} expert episodes (MPPI over cloned Rapier worlds)",
-        cfg.demos.episodes
+        "{h}: {} expert episodes ({:?} expert, DART noise {} px)",
+        cfg.demos.episodes, cfg.expert.kind, cfg.demos.noise_px
     )?;
     let (eps, summary) = demos::generate(
         &cfg.env,
         &cfg.expert,
+        cfg.demos.noise_px,
         cfg.demos.episodes,
         cfg.run.seed,
         cfg.run.threads,

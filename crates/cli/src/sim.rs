@@ -10,7 +10,7 @@ use diffrl_core::record::{Recorder, StepSeries, Timeline};
 use diffrl_pusht::{Expert, PushT};
 use serde_json::json;
 
-use crate::demos::run_expert_from_current;
+use crate::demos::{Dart, run_expert_from_current};
 
 /// Arguments of `diffrl sim pusht`.
 #[derive(Debug, Args)]
@@ -27,7 +27,7 @@ pub struct SimArgs {
     /// JSON file holding an array of [x, y] targets to execute.
     #[arg(long, value_name = "FILE.json", conflicts_with = "expert")]
     pub actions: Option<PathBuf>,
-    /// Let the MPPI expert act until the episode ends.
+    /// Let the configured expert ([expert].kind) act until the episode ends.
     #[arg(long)]
     pub expert: bool,
     /// Print one JSON object per line (step 0 = the reset observation).
@@ -173,11 +173,17 @@ pub fn run(
         None => {
             let mut expert = Expert::new(cfg.expert.clone(), seed);
             let mut err = None;
-            run_expert_from_current(&mut env, &mut expert, args.seed, &mut |env, a, r| {
-                if err.is_none() {
-                    err = report(env, a, r, out).err();
-                }
-            })?;
+            run_expert_from_current(
+                &mut env,
+                &mut expert,
+                args.seed,
+                &mut Dart::new(0.0, 0),
+                &mut |env, a, r| {
+                    if err.is_none() {
+                        err = report(env, a, r, out).err();
+                    }
+                },
+            )?;
             if let Some(e) = err {
                 return Err(e);
             }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::{Args, ValueEnum};
+use diffrl_core::Episode;
 use diffrl_core::env::Env;
 use diffrl_core::fs::write_atomic;
 use diffrl_core::lerobot::read_dataset;
@@ -17,7 +18,7 @@ use diffrl_learn::bc::{self, BcHooks, BcLog};
 use diffrl_learn::data::{ChunkDataset, fit_normalizers};
 use diffrl_learn::eval::{EvalReport, evaluate_recorded};
 use diffrl_policy::{Policy, PolicySpec, SampleMode, checkpoint};
-use diffrl_pusht::PushT;
+use diffrl_pusht::{ObsMode, PushT, keypoint_observation};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{self, RunConfig};
@@ -115,6 +116,26 @@ impl EvalArgs {
     pub fn policy_dir(&self) -> &Path {
         self.policy.as_deref().unwrap_or(Path::new(""))
     }
+}
+
+/// Replaces recorded 5-d states by their keypoint observations (18-d), in place.
+pub(crate) fn to_keypoints(episodes: &mut [Episode]) -> anyhow::Result<()> {
+    for (i, ep) in episodes.iter_mut().enumerate() {
+        for o in ep
+            .observations
+            .iter_mut()
+            .chain(ep.final_observation.as_mut())
+        {
+            o.state = keypoint_observation(&o.state).with_context(|| {
+                format!(
+                    "episode {i} holds {}-d states; keypoints are computed from Push-T's 5-d \
+                     states [agent_x, agent_y, block_x, block_y, angle]",
+                    o.state.len()
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// The policy spec the configured environment produces.
@@ -389,7 +410,11 @@ pub fn pretrain_recorded<B: AutodiffBackend>(
             dataset.display()
         )
     })?;
-    let episodes = ds.episodes("observation.state")?;
+    let mut episodes = ds.episodes("observation.state")?;
+    if cfg.env.obs == ObsMode::Keypoints {
+        to_keypoints(&mut episodes)
+            .with_context(|| format!("[env].obs = \"keypoints\" with {}", dataset.display()))?;
+    }
     let norm = fit_normalizers(&episodes)
         .with_context(|| format!("checking the dataset {}", dataset.display()))?;
     let env = env_spec(cfg)?;

@@ -313,6 +313,23 @@ pub fn discounted_returns(r: &[f64], gamma: f64) -> Vec<f64> {
     returns
 }
 
+/// Generalised advantage estimation (Schulman et al. 2016, docs/grpo.md): with
+/// delta_t = r_t + gamma V(s_{t+1}) - V(s_t) and V(s_n) = `bootstrap` (0 for an episode that
+/// terminated, the critic's value of the final observation for one cut by the step limit),
+/// A_t = sum_l (gamma lambda)^l delta_{t+l}, computed backwards as A_t = delta_t + gamma lambda A_{t+1}.
+pub fn gae(rewards: &[f64], values: &[f64], bootstrap: f64, gamma: f64, lambda: f64) -> Vec<f64> {
+    let n = rewards.len();
+    let mut adv = vec![0.0; n];
+    let mut next_adv = 0.0;
+    for t in (0..n).rev() {
+        let next_v = if t + 1 < n { values[t + 1] } else { bootstrap };
+        let delta = rewards[t] + gamma * next_v - values[t];
+        next_adv = delta + gamma * lambda * next_adv;
+        adv[t] = next_adv;
+    }
+    adv
+}
+
 /// GiGPO anchor key of a continuous state (our choice, ALGORITHMS.md §3): each component is
 /// quantised to its grid cell `(x / grid).floor() as i64`, and the cell (its dimension, then
 /// its integer coordinates as little-endian bytes) is hashed with 64-bit FNV-1a.
@@ -779,6 +796,24 @@ mod tests {
         );
         let got = process_advantages(&[vec![0.3, 0.3], vec![], vec![0.3]]);
         assert_eq!(got, vec![vec![0.0, 0.0], vec![], vec![0.0]]);
+    }
+
+    #[test]
+    fn gae_hand_example() {
+        // gamma 0.9, lambda 0.8 (gamma lambda = 0.72), bootstrap V(s_3) = 2:
+        // delta_2 = 2 + 0.9 * 2.0 - 1.5 = 2.3;   A_2 = 2.3
+        // delta_1 = 0 + 0.9 * 1.5 - 1.0 = 0.35;  A_1 = 0.35 + 0.72 * 2.3 = 2.006
+        // delta_0 = 1 + 0.9 * 1.0 - 0.5 = 1.4;   A_0 = 1.4 + 0.72 * 2.006 = 2.84432
+        let a = gae(&[1.0, 0.0, 2.0], &[0.5, 1.0, 1.5], 2.0, 0.9, 0.8);
+        close(&a, &[2.84432, 2.006, 2.3]);
+        // Terminated: no bootstrap, so the last delta is r - V.
+        let a = gae(&[1.0], &[0.25], 0.0, 0.9, 0.8);
+        close(&a, &[0.75]);
+        // lambda = 1 and V = 0: discounted returns.
+        close(
+            &gae(&[1.0, 2.0], &[0.0, 0.0], 0.0, 0.5, 1.0),
+            &discounted_returns(&[1.0, 2.0], 0.5),
+        );
     }
 
     #[test]

@@ -917,7 +917,8 @@ fn grpo_advantages(
 
 /// GAE over action-chunk steps with the critic's values; rewards per decision are the reward
 /// module's per-step rewards summed over the executed chunk (or the outcome on the last
-/// decision when it gives none). Truncated episodes bootstrap from the last decision's value.
+/// decision when it gives none). An episode cut by the step limit bootstraps from the critic's
+/// value of its final observation (the window of the last `To` observations ending there).
 /// Returns (advantages, critic targets = GAE advantages + values before normalisation).
 fn ppo_advantages<B: Backend>(
     kept: &[GroupRollout],
@@ -949,29 +950,30 @@ fn ppo_advantages<B: Backend>(
                 "non-finite reward {v} at decision {t} of a rollout"
             )));
         }
+        let mut state: Vec<f32> = r.decisions.iter().flat_map(|d| d.state.clone()).collect();
+        let final_window = (!r.episode.terminated)
+            .then(|| final_window(&r.episode, policy.config.obs_horizon))
+            .flatten();
+        let rows = n + usize::from(final_window.is_some());
+        if let Some(w) = &final_window {
+            state.extend_from_slice(w);
+        }
         let obs = ObsBatch {
-            batch: n,
-            state: r.decisions.iter().flat_map(|d| d.state.clone()).collect(),
+            batch: rows,
+            state,
             image: None,
         };
         let values: Vec<f64> = to_vec(critic.forward(&policy.obs_tensors(&obs, device)?))?
             .into_iter()
             .map(f64::from)
             .collect();
-        let mut adv = vec![0.0; n];
-        let mut next_adv = 0.0;
-        for t in (0..n).rev() {
-            let next_v = if t + 1 < n {
-                values[t + 1]
-            } else if r.episode.terminated {
-                0.0
-            } else {
-                values[t]
-            };
-            let delta = per[t] + cfg.gamma * next_v - values[t];
-            next_adv = delta + cfg.gamma * cfg.lambda * if t + 1 < n { next_adv } else { 0.0 };
-            adv[t] = next_adv;
-        }
+        let bootstrap = match (r.episode.terminated, final_window.is_some()) {
+            (true, _) => 0.0,
+            (false, true) => values[n],
+            // No final observation recorded: the last decision's value stands in.
+            (false, false) => values[n - 1],
+        };
+        let adv = crate::advantages::gae(&per, &values[..n], bootstrap, cfg.gamma, cfg.lambda);
         returns.push(adv.iter().zip(&values).map(|(a, v)| a + v).collect());
         out.push(adv);
     }
@@ -984,6 +986,23 @@ fn ppo_advantages<B: Backend>(
         }
     }
     Ok((out, returns))
+}
+
+/// The state window (`horizon` frames, oldest first, the first frame repeated before the
+/// start as during rollouts) that ends at `ep`'s final observation; `None` without one.
+fn final_window(ep: &Episode, horizon: usize) -> Option<Vec<f32>> {
+    let last = ep.final_observation.as_ref()?;
+    let mut frames: Vec<&[f32]> = ep
+        .observations
+        .iter()
+        .map(|o| o.state.as_slice())
+        .chain(std::iter::once(last.state.as_slice()))
+        .collect();
+    let first = frames[0];
+    while frames.len() < horizon {
+        frames.insert(0, first);
+    }
+    Some(frames[frames.len() - horizon..].concat())
 }
 
 /// Tensors of one minibatch of pairs.

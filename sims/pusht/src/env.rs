@@ -375,6 +375,22 @@ impl PushT {
     }
 }
 
+/// The keypoint observation (gym-pusht's `keypoints` mode: the 8 corners, then the agent) of
+/// a recorded 5-d state [agent_x, agent_y, block_x, block_y, angle]; `None` for another width.
+/// Datasets record states, so a keypoint policy is trained on their keypoint views.
+pub fn keypoint_observation(state: &[f32]) -> Option<Vec<f32>> {
+    let &[ax, ay, bx, by, angle] = state else {
+        return None;
+    };
+    let pose = Pose::new(f64::from(bx), f64::from(by), f64::from(angle));
+    let mut v: Vec<f32> = geometry::keypoints(&pose)
+        .iter()
+        .map(|&x| x as f32)
+        .collect();
+    v.extend([ax, ay]);
+    Some(v)
+}
+
 impl Env for PushT {
     type Snapshot = Snapshot;
 

@@ -1,4 +1,7 @@
-//! A planning expert: MPPI (model-predictive path integral control) over cloned worlds.
+//! Push-T's experts: [`Expert`] runs the one `[expert].kind` names, MPPI (below) or the
+//! stateless [`Pusher`](crate::pusher::Pusher).
+//!
+//! MPPI (model-predictive path integral control) plans over cloned worlds.
 //!
 //! Every control step, `samples` plans of `horizon` waypoint increments are rolled out on
 //! copies of the environment (an exact snapshot: Rapier sets are `Clone`), scored by how close
@@ -19,12 +22,30 @@ use serde::{Deserialize, Serialize};
 use crate::env::PushT;
 use crate::geometry::{self, GOAL, Pose};
 use crate::physics::AGENT_RADIUS;
+use crate::pusher::{Pusher, PusherConfig};
 
-/// MPPI settings (`[expert]` in configs). Defaults are the prototype's, except 64 samples and
-/// 3 iterations (tuned on 40 seeds: 62.5% -> 92.5% success; docs/pusht.md).
+/// Which expert acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpertKind {
+    /// Sampling-based MPC on cloned worlds: strong, but its action depends on a warm-started
+    /// plan, a noise stream and a stall mode the observation lacks.
+    Mppi,
+    /// The stateless pusher: its action is a function of the observed state.
+    #[default]
+    Pusher,
+}
+
+/// Expert settings (`[expert]` in configs): the kind, MPPI's settings (the flat keys, whose
+/// defaults are the prototype's except 64 samples and 3 iterations, tuned on 40 seeds:
+/// 62.5% -> 92.5% success; docs/pusht.md) and the pusher's (`[expert.pusher]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExpertConfig {
+    /// Which expert acts.
+    pub kind: ExpertKind,
+    /// The stateless pusher's settings.
+    pub pusher: PusherConfig,
     /// Plan length in control steps.
     pub horizon: usize,
     /// Sampled plans per MPPI iteration (sample 0 is the current mean plan).
@@ -60,6 +81,8 @@ pub struct ExpertConfig {
 impl Default for ExpertConfig {
     fn default() -> Self {
         Self {
+            kind: ExpertKind::default(),
+            pusher: PusherConfig::default(),
             horizon: 15,
             samples: 64,
             iterations: 3,
@@ -99,7 +122,8 @@ impl Validate for ExpertConfig {
             self.noise_min > 0.0 && self.noise_min <= self.noise_max,
             "noise_min",
             "must be > 0 and <= noise_max",
-        )
+        )?;
+        self.pusher.validate().map_err(|e| e.within("pusher"))
     }
 }
 
@@ -118,8 +142,41 @@ pub fn agent_block_distance(agent: [f64; 2], block: &Pose) -> f64 {
     (geometry::distance_to_t(block, agent) - AGENT_RADIUS).max(0.0)
 }
 
+/// The configured expert. Deterministic for a given seed and environment state.
+pub enum Expert {
+    /// MPPI (boxed: its RNG and plan make it much larger than the pusher).
+    Mppi(Box<Mppi>),
+    /// The stateless pusher.
+    Pusher(Pusher),
+}
+
+impl Expert {
+    /// A fresh expert of `config.kind` (call [`Expert::reset`] at every episode start).
+    pub fn new(config: ExpertConfig, seed: u64) -> Self {
+        match config.kind {
+            ExpertKind::Mppi => Self::Mppi(Box::new(Mppi::new(config, seed))),
+            ExpertKind::Pusher => Self::Pusher(Pusher::new(config.pusher)),
+        }
+    }
+
+    /// Forgets any state kept between steps (MPPI: plan and stall state; reseeds its noise).
+    pub fn reset(&mut self, seed: u64) {
+        if let Self::Mppi(m) = self {
+            m.reset(seed);
+        }
+    }
+
+    /// The next action (a target position) for `env`'s current state.
+    pub fn act(&mut self, env: &PushT) -> [f32; 2] {
+        match self {
+            Self::Mppi(m) => m.act(env),
+            Self::Pusher(p) => p.act(env.agent_pos(), &env.block_pose()),
+        }
+    }
+}
+
 /// The MPPI expert. Deterministic for a given seed and environment state.
-pub struct Expert {
+pub struct Mppi {
     config: ExpertConfig,
     plan: Vec<[f64; 2]>,
     rng: Rng,
@@ -128,8 +185,8 @@ pub struct Expert {
     recovery_left: usize,
 }
 
-impl Expert {
-    /// A fresh expert (call [`Expert::reset`] at every episode start).
+impl Mppi {
+    /// A fresh expert (call [`Mppi::reset`] at every episode start).
     pub fn new(config: ExpertConfig, seed: u64) -> Self {
         let plan = vec![[0.0; 2]; config.horizon];
         Self {

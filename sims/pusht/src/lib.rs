@@ -13,12 +13,14 @@ pub mod env;
 pub mod expert;
 pub mod geometry;
 pub mod physics;
+pub mod pusher;
 pub mod render;
 pub mod scene;
 pub mod stages;
 
 pub use env::{
     MAX_EPISODE_STEPS, ObsMode, PushT, PushTBuilder, PushTConfig, Randomization, SUCCESS_THRESHOLD,
-    Snapshot, TASK,
+    Snapshot, TASK, keypoint_observation,
 };
-pub use expert::{Expert, ExpertConfig};
+pub use expert::{Expert, ExpertConfig, ExpertKind};
+pub use pusher::{Pusher, PusherConfig};
