@@ -177,9 +177,10 @@ fn pretrain_error(dir: &Path, from: &str, to: &str) -> String {
 #[test]
 fn bad_inputs_name_their_cause() {
     let d = tempfile::tempdir().unwrap();
-    // Observation mode whose dimension differs from the dataset's.
-    let e = pretrain_error(d.path(), "[env]\n", "[env]\nobs = \"keypoints\"\n");
-    assert!(e.contains("state dim 5") && e.contains("18"), "{e}");
+    // An observation mode the dataset cannot feed (keypoints are computed from recorded
+    // states; images are not recorded).
+    let e = pretrain_error(d.path(), "[env]\n", "[env]\nobs = \"pixels\"\n");
+    assert!(e.contains("pixels") && e.contains("states only"), "{e}");
     // Unknown denoiser name.
     let e = pretrain_error(
         d.path(),
@@ -279,4 +280,146 @@ fn unet_and_gaussian_policies_train_and_evaluate() {
             "{name} not in {meta}"
         );
     }
+}
+
+/// DAgger: the policy's rollouts labelled by the expert, aggregated after the base dataset,
+/// the same bytes for the same seed; then behaviour cloning continues from the policy.
+#[test]
+fn dagger_round_aggregates_relabelled_rollouts_and_training_continues() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "");
+    let bc = d.path().join("bc").display().to_string();
+    cli(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &shipped(),
+        "--out",
+        &bc,
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    let policy = d.path().join("bc/policy").display().to_string();
+    let round = |out: &str| {
+        cli(&[
+            "demos",
+            "pusht",
+            "--config",
+            &cfg,
+            "--dagger",
+            &policy,
+            "--base",
+            &shipped(),
+            "--episodes",
+            "3",
+            "--seed",
+            "5",
+            "--out",
+            out,
+        ])
+    };
+    let a = d.path().join("a").display().to_string();
+    let s = round(&a).unwrap();
+    assert!(s.contains("dagger: 3 policy episodes"), "{s}");
+    assert!(
+        s.contains("wrote 203 episodes (200 from the base dataset"),
+        "{s}"
+    );
+    let ds = diffrl_core::lerobot::read_dataset(Path::new(&a)).unwrap();
+    let eps = ds.episodes("observation.state").unwrap();
+    assert_eq!(eps.len(), 203);
+    let base = diffrl_core::lerobot::read_dataset(Path::new(&shipped()))
+        .unwrap()
+        .episodes("observation.state")
+        .unwrap();
+    assert_eq!(
+        eps[..200],
+        base[..],
+        "the base dataset comes first, unchanged"
+    );
+    // The new episodes' actions are the expert's labels at the states the policy visited.
+    let mut pusher = diffrl_pusht::Pusher::new(diffrl_pusht::PusherConfig::default());
+    for ep in &eps[200..] {
+        assert!(ep.len() <= 20 && !ep.is_empty());
+        for (o, a) in ep.observations.iter().zip(&ep.actions) {
+            let s: Vec<f64> = o.state.iter().map(|&v| f64::from(v)).collect();
+            let block = diffrl_pusht::geometry::Pose {
+                x: s[2],
+                y: s[3],
+                angle: s[4],
+            };
+            let want = pusher.act([s[0], s[1]], &block);
+            // States are stored as f32: the expert at the stored state agrees to a pixel.
+            assert!(
+                (want[0] - a[0]).abs() < 1.0 && (want[1] - a[1]).abs() < 1.0,
+                "label {a:?}, expert at the recorded state {want:?}"
+            );
+        }
+    }
+    let b = d.path().join("b").display().to_string();
+    round(&b).unwrap();
+    let file = "data/chunk-000/file-000.parquet";
+    assert_eq!(
+        std::fs::read(Path::new(&a).join(file)).unwrap(),
+        std::fs::read(Path::new(&b).join(file)).unwrap(),
+        "same seed, same data"
+    );
+    // Training continues from the policy on the aggregate.
+    let next = d.path().join("next").display().to_string();
+    let s = cli(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &a,
+        "--init",
+        &policy,
+        "--out",
+        &next,
+        "--steps",
+        "10",
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    assert!(s.contains("203 episodes"), "{s}");
+    // Bad input: beta outside [0, 1], a policy built with other settings.
+    let e = cli(&[
+        "demos",
+        "pusht",
+        "--config",
+        &cfg,
+        "--dagger",
+        &policy,
+        "--beta",
+        "1.5",
+        "--episodes",
+        "1",
+        "--out",
+        &d.path().join("c").display().to_string(),
+    ])
+    .unwrap_err();
+    assert!(e.contains("beta") && e.contains("[0, 1]"), "{e}");
+    let other_cfg = d.path().join("other.toml");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("hidden = 32", "hidden = 16");
+    std::fs::write(&other_cfg, text).unwrap();
+    let e = cli(&[
+        "pretrain",
+        "--config",
+        &other_cfg.display().to_string(),
+        "--dataset",
+        &a,
+        "--init",
+        &policy,
+        "--out",
+        &d.path().join("n2").display().to_string(),
+        "--steps",
+        "10",
+    ])
+    .unwrap_err();
+    assert!(e.contains("other [policy] settings"), "{e}");
 }

@@ -39,6 +39,9 @@ pub struct RunConfig {
     /// Behaviour cloning.
     #[serde(default)]
     pub pretrain: BcConfig,
+    /// DAgger rounds after behaviour cloning.
+    #[serde(default)]
+    pub dagger: DaggerSection,
     /// Evaluation episodes.
     #[serde(default)]
     pub eval: EvalSection,
@@ -48,6 +51,37 @@ pub struct RunConfig {
     /// The rewards fine-tuning optimises.
     #[serde(default)]
     pub reward: RewardSection,
+}
+
+/// `[dagger]`: rounds of DAgger (Ross et al. 2011) after behaviour cloning, in `diffrl run`'s
+/// pretrain stage: roll out the current policy, label every state it visits with the expert,
+/// add those episodes to the training data, and continue training the policy on the aggregate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaggerSection {
+    /// Rounds (0 = behaviour cloning alone).
+    pub rounds: usize,
+    /// Policy episodes rolled out and labelled per round.
+    pub episodes: usize,
+    /// Behaviour-cloning steps per round, continuing from the previous round's policy with a
+    /// fresh optimiser and the [pretrain] schedule shortened to this many steps.
+    pub steps: usize,
+    /// Probability per step of executing the expert's label instead of the policy's action.
+    pub beta: f64,
+    /// Roll out with stochastic chains (false: the deterministic chains evaluation uses).
+    pub stochastic: bool,
+}
+
+impl Default for DaggerSection {
+    fn default() -> Self {
+        Self {
+            rounds: 0,
+            episodes: 200,
+            steps: 10000,
+            beta: 0.0,
+            stochastic: false,
+        }
+    }
 }
 
 /// `[reward]`: what the learner optimises.
@@ -227,6 +261,17 @@ impl Validate for RunConfig {
             "must be a finite number of pixels >= 0",
         )?;
         ensure(
+            self.dagger.episodes >= 1,
+            "dagger.episodes",
+            "must be at least 1",
+        )?;
+        ensure(self.dagger.steps >= 1, "dagger.steps", "must be at least 1")?;
+        ensure(
+            (0.0..=1.0).contains(&self.dagger.beta),
+            "dagger.beta",
+            format!("must be a probability in [0, 1], got {}", self.dagger.beta),
+        )?;
+        ensure(
             self.eval.episodes >= 1,
             "eval.episodes",
             "must be at least 1",
@@ -351,6 +396,12 @@ mod tests {
         let e = load(Some(&p)).unwrap_err().to_string();
         assert!(
             e.ends_with("demos.noise_px: must be a finite number of pixels >= 0"),
+            "{e}"
+        );
+        std::fs::write(&p, "[dagger]\nbeta = 2.0\n").unwrap();
+        let e = load(Some(&p)).unwrap_err().to_string();
+        assert!(
+            e.ends_with("dagger.beta: must be a probability in [0, 1], got 2"),
             "{e}"
         );
         std::fs::write(&p, "task = \"arm\"\n").unwrap();

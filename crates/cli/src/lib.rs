@@ -32,6 +32,7 @@ macro_rules! with_device {
 
 pub mod bench;
 pub mod config;
+pub mod dagger;
 pub mod demos;
 pub mod finetune;
 pub mod pipeline;
@@ -104,6 +105,21 @@ pub enum Command {
         /// Run config whose [env], [expert] and [demos] tables apply.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// DAgger: roll out this policy checkpoint instead of the expert and record the
+        /// expert's label at every state it visits (episodes seeded like `diffrl eval`'s from
+        /// --seed, [eval].envs environments).
+        #[arg(long, value_name = "POLICY")]
+        dagger: Option<PathBuf>,
+        /// With --dagger: a dataset whose episodes come first in --out (aggregation).
+        #[arg(long, value_name = "DATASET", requires = "dagger")]
+        base: Option<PathBuf>,
+        /// With --dagger: probability per step of executing the expert's label instead of the
+        /// policy's action (DAgger's mixture; 0 = the policy alone).
+        #[arg(long, default_value_t = 0.0, requires = "dagger")]
+        beta: f64,
+        /// With --dagger: stochastic chains instead of deterministic DDIM.
+        #[arg(long, requires = "dagger")]
+        stochastic: bool,
     },
     /// Step a simulator from a chosen start with given actions or the expert; print each step.
     Sim(sim::SimArgs),
@@ -191,6 +207,10 @@ where
             expert,
             noise,
             config,
+            dagger,
+            base,
+            beta,
+            stochastic,
         } => {
             if task != "pusht" {
                 anyhow::bail!("unknown simulator {task:?}; available: pusht");
@@ -206,6 +226,18 @@ where
                 noise_px.is_finite() && noise_px >= 0.0,
                 "--noise must be a finite number of pixels >= 0, got {noise_px}"
             );
+            if let Some(policy) = dagger {
+                let args = dagger::DaggerArgs {
+                    policy,
+                    base,
+                    beta,
+                    stochastic,
+                    episodes,
+                    seed,
+                    threads,
+                };
+                return dagger::dagger_cmd(&cfg, &args, &dir, overwrite, out);
+            }
             let (eps, summary) =
                 demos::generate(&cfg.env, &cfg.expert, noise_px, episodes, seed, threads)?;
             writeln!(out, "{summary}")?;

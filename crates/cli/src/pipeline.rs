@@ -75,6 +75,8 @@ pub fn quick_preset(cfg: &mut RunConfig) {
     cfg.pretrain.warmup_steps = 100;
     cfg.pretrain.eval_every = 0;
     cfg.pretrain.checkpoint_every = 500;
+    cfg.dagger.episodes = cfg.dagger.episodes.min(4);
+    cfg.dagger.steps = cfg.dagger.steps.min(200);
     cfg.reward.progress.steps = 300;
     cfg.grpo.iterations = 2;
     cfg.grpo.groups = 4;
@@ -326,6 +328,8 @@ struct Results {
     reused: [bool; STAGES],
     reward: RewardMetrics,
     pretrain_steps: usize,
+    /// DAgger rounds that followed behaviour cloning (empty without [dagger]).
+    dagger: Vec<crate::dagger::RoundRecord>,
     grpo_iterations: usize,
     bc: EvalReport,
     grpo: EvalReport,
@@ -360,7 +364,12 @@ fn stages<B: AutodiffBackend>(
 
     // 2. Behaviour cloning.
     let h = header(1, "pretrain");
-    let pre_fp = json!({"demos": demos_fp, "dataset": dataset, "policy": cfg.policy, "pretrain": cfg.pretrain, "env": cfg.env, "seed": cfg.run.seed});
+    let mut pre_fp = json!({"demos": demos_fp, "dataset": dataset, "policy": cfg.policy, "pretrain": cfg.pretrain, "env": cfg.env, "seed": cfg.run.seed});
+    // Only with rounds, so runs without DAgger keep their fingerprint; the expert labels.
+    if cfg.dagger.rounds > 0 {
+        pre_fp["dagger"] = json!(cfg.dagger);
+        pre_fp["expert"] = json!(cfg.expert);
+    }
     let (stage, state) = Stage::open(
         root.join("pretrain"),
         pre_fp.clone(),
@@ -368,7 +377,12 @@ fn stages<B: AutodiffBackend>(
         &format!("behaviour cloning on {}", dataset.display()),
         out,
     )?;
-    let policy_dir = stage.dir.join("policy");
+    let mut policy_dir = stage.dir.join("policy");
+    if cfg.dagger.rounds > 0 {
+        policy_dir = stage
+            .dir
+            .join(format!("dagger/round-{}/policy", cfg.dagger.rounds));
+    }
     let marker = match state {
         StageState::Done(m) => {
             reused[1] = true;
@@ -376,16 +390,49 @@ fn stages<B: AutodiffBackend>(
         }
         _ => {
             let t0 = Instant::now();
-            train::pretrain_recorded::<B>(cfg, &dataset, &stage.dir, true, 0, device, out, rec)?;
+            let bc_done = stage.dir.join("bc.json");
+            if !bc_done.exists() {
+                train::pretrain_recorded::<B>(
+                    cfg, &dataset, None, &stage.dir, true, 0, device, out, rec,
+                )?;
+                write_atomic(&bc_done, b"{}\n")
+                    .with_context(|| format!("writing {}", bc_done.display()))?;
+            }
+            // DAgger rounds continue from the BC policy; each round's training steps follow
+            // the previous ones on the recording's train_step timeline.
+            let mut rounds = Vec::new();
+            let (mut data, mut policy) = (dataset.clone(), stage.dir.join("policy"));
+            for r in 1..=cfg.dagger.rounds {
+                let dir = stage.dir.join(format!("dagger/round-{r}"));
+                let shifted = Shifted {
+                    inner: rec,
+                    by: (cfg.pretrain.steps + (r - 1) * cfg.dagger.steps) as i64,
+                };
+                let record =
+                    crate::dagger::round::<B>(cfg, r, &data, &policy, &dir, device, out, &shifted)?;
+                writeln!(
+                    out,
+                    "      DAgger round {r}: the previous policy succeeded in {:.1}% of {} rollouts; \
+                     trained on {} episodes",
+                    100.0 * record.rollouts.success_rate,
+                    record.rollouts.episodes,
+                    record.episodes_in_data
+                )?;
+                rounds.push(record);
+                data = dir.join("data");
+                policy = dir.join("policy");
+            }
             let m = stage.finish(
                 t0.elapsed().as_secs_f64(),
-                json!({"steps": cfg.pretrain.steps}),
+                json!({"steps": cfg.pretrain.steps, "dagger": rounds}),
             )?;
             run.log(&json!({"stage": "pretrain", "seconds": m["seconds"]}))?;
             m
         }
     };
     seconds[1] = marker["seconds"].as_f64().unwrap_or(0.0);
+    let dagger_rounds: Vec<crate::dagger::RoundRecord> =
+        serde_json::from_value(marker["results"]["dagger"].clone()).unwrap_or_default();
 
     // 3. The progress reward model (held-out metrics; shaping uses it when [reward.shaping]
     // names it).
@@ -451,7 +498,7 @@ fn stages<B: AutodiffBackend>(
         out,
     )?;
     let grpo_dir = stage.dir.clone();
-    let offset = cfg.pretrain.steps as i64;
+    let offset = (cfg.pretrain.steps + cfg.dagger.rounds * cfg.dagger.steps) as i64;
     let marker = match state {
         StageState::Done(m) => {
             reused[3] = true;
@@ -560,10 +607,61 @@ fn stages<B: AutodiffBackend>(
         reused,
         reward,
         pretrain_steps: cfg.pretrain.steps,
+        dagger: dagger_rounds,
         grpo_iterations: cfg.grpo.iterations,
         bc,
         grpo,
     })
+}
+
+/// One line on the demonstrations and DAgger rounds the BC policy learnt from.
+fn data_line(cfg: &RunConfig, r: &Results) -> String {
+    let demos = match &r.demos {
+        Some(d) => format!(
+            "{} {:?}-expert episodes recorded by this run (DART noise {} px; expert success {:.1}%)",
+            d.episodes,
+            cfg.expert.kind,
+            cfg.demos.noise_px,
+            100.0 * d.success_rate
+        ),
+        None => format!("the dataset `{}`", r.dataset.display()),
+    };
+    let rounds: Vec<String> = r
+        .dagger
+        .iter()
+        .map(|d| {
+            format!(
+                "round {} labelled {} rollouts of the previous policy ({:.1}% success) -> {} episodes",
+                d.round,
+                d.rollouts.episodes,
+                100.0 * d.rollouts.success_rate,
+                d.episodes_in_data
+            )
+        })
+        .collect();
+    if rounds.is_empty() {
+        format!("{demos}; no DAgger rounds")
+    } else {
+        format!(
+            "{demos}, then DAgger with the {:?} expert: {}",
+            cfg.expert.kind,
+            rounds.join("; ")
+        )
+    }
+}
+
+/// The BC row's name: its steps, and its DAgger rounds when there were any.
+fn bc_name(r: &Results) -> String {
+    match r.dagger.last() {
+        None => format!("BC ({} steps)", r.pretrain_steps),
+        Some(last) => format!(
+            "BC ({} steps) + {} DAgger rounds ({} steps; {} episodes in the last round's data)",
+            r.pretrain_steps,
+            r.dagger.len(),
+            r.dagger.iter().map(|d| d.steps).sum::<usize>(),
+            last.episodes_in_data
+        ),
+    }
 }
 
 fn read_report(path: &Path) -> anyhow::Result<EvalReport> {
@@ -749,6 +847,7 @@ fn summary_json(r: &Results, total: f64, quick: bool) -> Value {
         },
         "dataset": r.dataset,
         "pretrain_steps": r.pretrain_steps,
+        "dagger": r.dagger,
         "grpo_iterations": r.grpo_iterations,
         "quick": quick,
         "diffrl_version": env!("CARGO_PKG_VERSION"),
@@ -950,9 +1049,10 @@ fn finish(
         root = root.display(),
         n = cfg.eval.episodes,
         seed = cfg.eval.seed,
-        bc = row(&format!("BC ({} steps)", r.pretrain_steps), &r.bc),
+        bc = row(&bc_name(r), &r.bc),
         grpo = row(&format!("GRPO ({} iterations)", r.grpo_iterations), &r.grpo),
     );
+    md.push_str(&format!("Training data: {}.\n\n", data_line(cfg, r)));
     md.push_str(&format!(
         "GRPO - BC: success {:+.1} points ({}{}); mean max score {}.\n\n",
         pct(r.grpo.success_rate - r.bc.success_rate),

@@ -52,6 +52,10 @@ pub struct PretrainArgs {
     /// Override [pretrain].steps.
     #[arg(long)]
     pub steps: Option<usize>,
+    /// Start from this policy checkpoint's weights and normalisers instead of a new network
+    /// (a fresh optimiser and learning-rate schedule), e.g. a DAgger round on aggregated data.
+    #[arg(long, value_name = "POLICY", conflicts_with = "resume")]
+    pub init: Option<PathBuf>,
     /// Override [eval].episodes for the final evaluation (0 = skip it).
     #[arg(long)]
     pub eval_episodes: Option<usize>,
@@ -382,6 +386,7 @@ pub fn pretrain<B: AutodiffBackend>(
     pretrain_recorded::<B>(
         cfg,
         dataset,
+        None,
         out_dir,
         resume,
         eval_episodes,
@@ -391,11 +396,14 @@ pub fn pretrain<B: AutodiffBackend>(
     )
 }
 
-/// [`pretrain`] recording training scalars and evaluation episodes into `rec`.
+/// [`pretrain`] recording training scalars and evaluation episodes into `rec`; with `init`,
+/// training starts from that checkpoint's weights and normalisers (a fresh optimiser and
+/// schedule) instead of a new network: DAgger's later rounds.
 #[allow(clippy::too_many_arguments)]
 pub fn pretrain_recorded<B: AutodiffBackend>(
     cfg: &RunConfig,
     dataset: &Path,
+    init: Option<&Path>,
     out_dir: &Path,
     resume: bool,
     eval_episodes: usize,
@@ -431,7 +439,26 @@ pub fn pretrain_recorded<B: AutodiffBackend>(
         image: None,
     };
     check_spec(&spec, &env, &format!("the dataset {}", dataset.display()))?;
-    let policy = Policy::<B>::new(cfg.policy.clone(), spec, norm, cfg.run.seed, device)?;
+    let policy = match init {
+        None => Policy::<B>::new(cfg.policy.clone(), spec, norm, cfg.run.seed, device)?,
+        Some(dir) => {
+            let (p, _) = checkpoint::load::<B>(dir, device)
+                .with_context(|| format!("loading the initial policy {}", dir.display()))?;
+            check_spec(
+                &p.spec,
+                &env,
+                &format!("the initial policy {}", dir.display()),
+            )?;
+            if p.config != cfg.policy {
+                bail!(
+                    "the initial policy {} was built with other [policy] settings than the \
+                     config's; continue training it with its own",
+                    dir.display()
+                );
+            }
+            p
+        }
+    };
     let data = ChunkDataset::build(
         &episodes,
         cfg.policy.obs_horizon,
@@ -549,6 +576,7 @@ pub fn pretrain_cmd(
         pretrain_recorded::<B>(
             &cfg,
             &dataset,
+            args.init.as_deref(),
             &out_dir,
             args.resume,
             episodes,

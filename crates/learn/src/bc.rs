@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::LearnError;
 use crate::data::ChunkDataset;
 use crate::optim::{clip_grad_norm, ema_decay, ema_update, lr_at};
+use crate::parallel::sharded_grads;
 use crate::state::{self, STATE_DIR};
 
 /// Behaviour-cloning settings (`[pretrain]` in a run config).
@@ -55,6 +56,15 @@ pub struct BcConfig {
     pub eval_episodes: usize,
     /// Steps between checkpoints.
     pub checkpoint_every: usize,
+    /// Threads that share each step's batch (data-parallel gradients, crate::parallel): 1 =
+    /// the whole batch on one thread. Results are bit-identical for a given seed and thread
+    /// count; another count gives another (equally valid) run. On a GPU keep 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub threads: usize,
+}
+
+fn is_one(v: &usize) -> bool {
+    *v == 1
 }
 
 impl Default for BcConfig {
@@ -72,6 +82,7 @@ impl Default for BcConfig {
             eval_every: 5_000,
             eval_episodes: 50,
             checkpoint_every: 1_000,
+            threads: 1,
         }
     }
 }
@@ -94,6 +105,11 @@ impl Validate for BcConfig {
             "must be in [0, 1)",
         )?;
         ensure(self.log_every >= 1, "log_every", "must be >= 1")?;
+        ensure(
+            (1..=256).contains(&self.threads),
+            "threads",
+            "must be in 1..=256",
+        )?;
         ensure(
             self.checkpoint_every >= 1,
             "checkpoint_every",
@@ -227,17 +243,48 @@ pub fn train<B: AutodiffBackend>(
             .collect();
         let (o, a) = data.gather(&idx);
         let b = idx.len();
-        let obs = ObsTensors {
-            state: Tensor::<B, 3>::from_data(TensorData::new(o, [b, to, ds]), &device),
-            image: None,
+        let (mut grads, loss_v) = if cfg.threads <= 1 {
+            let obs = ObsTensors {
+                state: Tensor::<B, 3>::from_data(TensorData::new(o, [b, to, ds]), &device),
+                image: None,
+            };
+            let actions = Tensor::<B, 3>::from_data(TensorData::new(a, [b, tp, da]), &device);
+            let loss = policy.bc_loss(&obs, actions, &mut r);
+            let loss_v = loss.clone().into_scalar().elem::<f64>();
+            (
+                GradientsParams::from_grads(loss.backward(), &policy.model),
+                loss_v,
+            )
+        } else {
+            // Each shard draws its diffusion noise from its own stream.
+            sharded_grads(&policy.model, b, cfg.threads, |i, rows, model| {
+                let n = rows.len();
+                let obs = ObsTensors {
+                    state: Tensor::<B, 3>::from_data(
+                        TensorData::new(
+                            o[rows.start * to * ds..rows.end * to * ds].to_vec(),
+                            [n, to, ds],
+                        ),
+                        &device,
+                    ),
+                    image: None,
+                };
+                let actions = Tensor::<B, 3>::from_data(
+                    TensorData::new(
+                        a[rows.start * tp * da..rows.end * tp * da].to_vec(),
+                        [n, tp, da],
+                    ),
+                    &device,
+                );
+                let mut r = rng(derive(derive(seed, step as u64), 1 + i as u64));
+                Ok(policy
+                    .with_model(model.clone())
+                    .bc_loss(&obs, actions, &mut r))
+            })?
         };
-        let actions = Tensor::<B, 3>::from_data(TensorData::new(a, [b, tp, da]), &device);
-        let loss = policy.bc_loss(&obs, actions, &mut r);
-        let loss_v = loss.clone().into_scalar().elem::<f64>();
         if !loss_v.is_finite() {
             return Err(LearnError::Diverged { step, loss: loss_v });
         }
-        let mut grads = GradientsParams::from_grads(loss.backward(), &policy.model);
         let gn = clip_grad_norm(&policy.model, &mut grads, cfg.grad_clip);
         let lr = lr_at(step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
         policy.model = optim.step(lr, policy.model.clone(), grads);

@@ -8,6 +8,7 @@ pub mod error;
 pub mod eval;
 pub mod grpo;
 pub mod optim;
+pub mod parallel;
 pub mod rollout;
 mod state;
 

@@ -1,0 +1,182 @@
+//! Data-parallel gradients over threads on one device: the batch is cut into equal shards,
+//! each thread computes its shard's loss and gradients on its own fork of the model (its own
+//! autodiff graph, same parameter ids), and the shards' gradients are averaged in shard order.
+//! Burn's CPU backend runs each step's many small kernels on one thread; shards are how a
+//! training step uses every core.
+//!
+//! Determinism: shard i always gets rows [i * B / n, (i + 1) * B / n) and the sum runs in shard
+//! order, so a given seed and shard count give bit-identical results. Different shard counts
+//! give different (equally valid) results: each shard draws its own diffusion noise.
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{ElementConversion, Tensor};
+
+use crate::LearnError;
+
+/// Row ranges of `shards` near-equal shards of `batch` rows (earlier shards get the extra rows).
+pub fn shard_ranges(batch: usize, shards: usize) -> Vec<std::ops::Range<usize>> {
+    let shards = shards.clamp(1, batch.max(1));
+    let (q, r) = (batch / shards, batch % shards);
+    let mut start = 0;
+    (0..shards)
+        .map(|i| {
+            let len = q + usize::from(i < r);
+            let range = start..start + len;
+            start += len;
+            range
+        })
+        .collect()
+}
+
+/// Averages the gradients of several shards, weighting shard i by `weights[i]`.
+struct Average<'a> {
+    parts: &'a mut [GradientsParams],
+    weights: &'a [f32],
+    out: GradientsParams,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Average<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let mut sum: Option<Tensor<B::InnerBackend, D>> = None;
+        for (part, w) in self.parts.iter_mut().zip(self.weights) {
+            if let Some(g) = part.remove::<B::InnerBackend, D>(param.id) {
+                let g = g.mul_scalar(*w);
+                sum = Some(match sum {
+                    None => g,
+                    Some(s) => s + g,
+                });
+            }
+        }
+        if let Some(s) = sum {
+            self.out.register::<B::InnerBackend, D>(param.id, s);
+        }
+    }
+}
+
+/// The gradient of the batch-mean loss and the loss value, computed over `shards` threads.
+///
+/// `loss(shard, rows, model)` returns the mean loss over the rows `rows` of the batch, computed
+/// with `model` (a fork of `model`); shards are weighted by their row counts, so the result is
+/// the gradient of the mean over all `batch` rows. With one shard it runs on the calling thread
+/// on `model` itself.
+pub fn sharded_grads<B, M, F>(
+    model: &M,
+    batch: usize,
+    shards: usize,
+    loss: F,
+) -> Result<(GradientsParams, f64), LearnError>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + Send + Sync,
+    F: Fn(usize, std::ops::Range<usize>, &M) -> Result<Tensor<B, 1>, LearnError> + Sync,
+{
+    let ranges = shard_ranges(batch, shards);
+    if ranges.len() == 1 {
+        let l = loss(0, ranges[0].clone(), model)?;
+        let v = l.clone().into_scalar().elem::<f64>();
+        return Ok((GradientsParams::from_grads(l.backward(), model), v));
+    }
+    let device = model.devices().pop().unwrap_or_default();
+    let results: Vec<Result<(GradientsParams, f64), LearnError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, range)| {
+                let fork = model.clone().fork(&device);
+                let (loss, range) = (&loss, range.clone());
+                s.spawn(move || {
+                    let l = loss(i, range, &fork)?;
+                    let v = l.clone().into_scalar().elem::<f64>();
+                    Ok((GradientsParams::from_grads(l.backward(), &fork), v))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(LearnError::Data(
+                        "a gradient shard's thread panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    let mut parts = Vec::with_capacity(results.len());
+    let mut value = 0.0;
+    let weights: Vec<f32> = ranges
+        .iter()
+        .map(|r| r.len() as f32 / batch as f32)
+        .collect();
+    for (r, w) in results.into_iter().zip(&weights) {
+        let (g, v) = r?;
+        value += f64::from(*w) * v;
+        parts.push(g);
+    }
+    let mut avg = Average {
+        parts: &mut parts,
+        weights: &weights,
+        out: GradientsParams::new(),
+    };
+    model.visit(&mut avg);
+    Ok((avg.out, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_cover_the_batch_in_order() {
+        assert_eq!(shard_ranges(10, 3), vec![0..4, 4..7, 7..10]);
+        assert_eq!(shard_ranges(4, 1), vec![0..4]);
+        assert_eq!(shard_ranges(2, 8), vec![0..1, 1..2]);
+        assert_eq!(shard_ranges(256, 2), vec![0..128, 128..256]);
+    }
+
+    type Ad = burn::backend::Autodiff<burn::backend::Flex>;
+
+    /// Shard gradients average to the whole batch's gradient (a mean squared error), and the
+    /// same shard count gives the same bits.
+    #[test]
+    fn sharded_gradients_equal_the_batch_gradient() {
+        use burn::nn::{Linear, LinearConfig};
+        use burn::tensor::TensorData;
+        let device = Default::default();
+        let model: Linear<Ad> = LinearConfig::new(3, 2).init(&device);
+        let batch = 7;
+        let x: Vec<f32> = (0..batch * 3).map(|i| (i as f32 * 0.37).sin()).collect();
+        let y: Vec<f32> = (0..batch * 2).map(|i| (i as f32 * 0.11).cos()).collect();
+        let loss = |_: usize, rows: std::ops::Range<usize>, m: &Linear<Ad>| {
+            let n = rows.len();
+            let xs = Tensor::<Ad, 2>::from_data(
+                TensorData::new(x[rows.start * 3..rows.end * 3].to_vec(), [n, 3]),
+                &device,
+            );
+            let ys = Tensor::<Ad, 2>::from_data(
+                TensorData::new(y[rows.start * 2..rows.end * 2].to_vec(), [n, 2]),
+                &device,
+            );
+            Ok((m.forward(xs) - ys).powi_scalar(2).mean_dim(1).mean())
+        };
+        let grad = |g: &GradientsParams| -> Vec<f32> {
+            let w: Tensor<burn::backend::Flex, 2> = g.get(model.weight.id).unwrap();
+            let b: Tensor<burn::backend::Flex, 1> = g.get(model.bias.as_ref().unwrap().id).unwrap();
+            let mut v = w.into_data().to_vec::<f32>().unwrap();
+            v.extend(b.into_data().to_vec::<f32>().unwrap());
+            v
+        };
+        let (g1, l1) = sharded_grads(&model, batch, 1, loss).unwrap();
+        let (g3, l3) = sharded_grads(&model, batch, 3, loss).unwrap();
+        let (g3b, _) = sharded_grads(&model, batch, 3, loss).unwrap();
+        assert!((l1 - l3).abs() < 1e-6, "{l1} vs {l3}");
+        let (a, b) = (grad(&g1), grad(&g3));
+        assert_eq!(a.len(), 8);
+        for (u, v) in a.iter().zip(&b) {
+            assert!((u - v).abs() < 1e-6, "{a:?} vs {b:?}");
+        }
+        assert_eq!(grad(&g3), grad(&g3b));
+    }
+}
