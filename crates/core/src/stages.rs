@@ -1,4 +1,4 @@
-//! Subtask stages of a task, for stage-budget progress labels (ALGORITHMS.md §4): an
+//! Subtask stages of a task, for stage-budget progress labels (docs/algorithms.md §4): an
 //! environment says, from one state observation, how many of its ordered stages are complete.
 
 /// Ordered subtasks of a task, judged from a state observation.

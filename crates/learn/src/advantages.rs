@@ -1,4 +1,4 @@
-//! Group-relative advantage estimators (ALGORITHMS.md §3): GRPO, Dr.GRPO, the variance-gated
+//! Group-relative advantage estimators (docs/algorithms.md §3): GRPO, Dr.GRPO, the variance-gated
 //! VG-GRPO, per-step process advantages and GiGPO, for ONE group of G rollouts that share an
 //! initial state and an instruction.
 //!
@@ -263,7 +263,7 @@ pub fn dr_grpo(outcomes: &[f64]) -> Vec<f64> {
     outcomes.iter().map(|r| r - mean).collect()
 }
 
-/// Variance gate of VG-GRPO (our choice of formula, ALGORITHMS.md §3):
+/// Variance gate of VG-GRPO (our choice of formula, docs/algorithms.md §3):
 /// soft g = std^2 / (std^2 + tau^2), hard g = 1[std > tau]. VG-GRPO's advantage is
 /// g * [`grpo`], so low-variance groups, whose normalised advantages are mostly noise, are
 /// damped.
@@ -330,7 +330,7 @@ pub fn gae(rewards: &[f64], values: &[f64], bootstrap: f64, gamma: f64, lambda: 
     adv
 }
 
-/// GiGPO anchor key of a continuous state (our choice, ALGORITHMS.md §3): each component is
+/// GiGPO anchor key of a continuous state (our choice, docs/algorithms.md §3): each component is
 /// quantised to its grid cell `(x / grid).floor() as i64`, and the cell (its dimension, then
 /// its integer coordinates as little-endian bytes) is hashed with 64-bit FNV-1a.
 ///

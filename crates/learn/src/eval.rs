@@ -37,7 +37,7 @@ pub struct EpisodeStats {
     pub length: usize,
 }
 
-/// Aggregate results (ALGORITHMS.md §5).
+/// Aggregate results (docs/algorithms.md §5).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalReport {
     /// Episodes played.

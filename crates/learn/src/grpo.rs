@@ -1,6 +1,6 @@
-//! Policy-gradient fine-tuning over diffusion chains (the two-level MDP of ALGORITHMS.md §2–3):
-//! every fine-tuned denoising step of every policy call is an action whose likelihood ratio is
-//! recomputed under the current parameters.
+//! Policy-gradient fine-tuning over diffusion chains (the two-level MDP of
+//! docs/algorithms.md §2–3): every fine-tuned denoising step of every policy call is an action
+//! whose likelihood ratio is recomputed under the current parameters.
 //!
 //! - [`Algorithm::Grpo`]: G rollouts per initial state; group-relative advantages
 //!   ([`crate::advantages`]: GRPO, Dr.GRPO, VG-GRPO, process, GiGPO; optional DAPO resampling).
@@ -1084,7 +1084,7 @@ pub struct SurrogateStats {
     pub logp: [f64; 2],
 }
 
-/// The loss of a minibatch of (env step, denoising step) pairs (ALGORITHMS.md §3):
+/// The loss of a minibatch of (env step, denoising step) pairs (docs/algorithms.md §3):
 /// mean of -min(r A, clip(r, 1 - clip[0], 1 + clip[1]) A) with r = exp(new - old), plus
 /// beta * mean of the k3 KL exp(ref - new) - (ref - new) - 1 when `reference` is given.
 pub fn surrogate_loss<B: Backend>(

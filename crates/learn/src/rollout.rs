@@ -1,4 +1,4 @@
-//! Group rollouts for GRPO (ALGORITHMS.md §3): G rollouts start from one initial state (the
+//! Group rollouts for GRPO (docs/algorithms.md §3): G rollouts start from one initial state (the
 //! first environment of the group is reset with a seed, the others restore its snapshot), the
 //! policy is called in batch for every environment that needs a new action chunk, and each call
 //! keeps the observation history, the chain x_K..x_0 and its log-probs.

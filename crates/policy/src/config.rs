@@ -161,7 +161,7 @@ impl Default for DenoiserConfig {
     }
 }
 
-/// Diffusion process (ALGORITHMS.md §1–2).
+/// Diffusion process (docs/algorithms.md §1–2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiffusionConfig {

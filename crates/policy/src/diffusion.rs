@@ -1,5 +1,6 @@
 //! The diffusion policy: epsilon-prediction training loss, reverse chains with per-step
-//! Gaussian log-likelihoods, and their recomputation under new parameters (ALGORITHMS.md §1–2).
+//! Gaussian log-likelihoods, and their recomputation under new parameters
+//! (docs/algorithms.md §1–2).
 //!
 //! All tensors of the chain live in normalised action space ([-1, 1]). Random numbers are drawn
 //! on the host from diffrl's seeded RNG, so a chain depends only on the seed, never on the
@@ -132,7 +133,7 @@ impl DiffusionProcess {
     }
 
     /// Behaviour-cloning loss: mean squared error of the predicted noise at uniformly drawn
-    /// timesteps (ALGORITHMS.md §1). `actions`: [B, Tp, Da] normalised.
+    /// timesteps (docs/algorithms.md §1). `actions`: [B, Tp, Da] normalised.
     pub fn bc_loss<B: Backend>(
         &self,
         model: &DiffusionModel<B>,
@@ -247,7 +248,7 @@ impl DiffusionProcess {
 
     /// Log-probs of single reverse steps of stored chains under `model`, one (observation,
     /// step) pair per row, so that a minibatch can mix environment steps and denoising steps
-    /// (ALGORITHMS.md §3). `step[n]` is the chain index i of pair n (x_i -> x_{i+1} of the
+    /// (docs/algorithms.md §3). `step[n]` is the chain index i of pair n (x_i -> x_{i+1} of the
     /// stored chain, i in 0..K); `x`, `next`: [N, Tp, Da]. Returns [N].
     pub fn pair_logprobs<B: Backend>(
         &self,
@@ -306,7 +307,7 @@ impl DiffusionProcess {
 }
 
 /// log N(next; mu, std^2) per element, clamped to `clamp` per element, then averaged over the
-/// first `ta` actions and every action dimension: [B, Tp, Da] -> [B] (ALGORITHMS.md §2).
+/// first `ta` actions and every action dimension: [B, Tp, Da] -> [B] (docs/algorithms.md §2).
 pub fn step_logp<B: Backend>(
     next: Tensor<B, 3>,
     mu: Tensor<B, 3>,

@@ -1,5 +1,6 @@
 //! Diffusion and Gaussian policies written in Burn, with the exact Gaussian log-likelihood of
-//! every reverse denoising step (the two-level MDP of ALGORITHMS.md §2), and their checkpoints.
+//! every reverse denoising step (the two-level MDP of docs/algorithms.md §2), and their
+//! checkpoints.
 //!
 //! Nothing here knows about a particular task: dimensions come from [`PolicySpec`], which the
 //! caller fills from an environment's spaces or a dataset.

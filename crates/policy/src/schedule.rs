@@ -1,4 +1,4 @@
-//! Noise schedules and the reverse-step coefficients of DDPM and DDIM (ALGORITHMS.md §1).
+//! Noise schedules and the reverse-step coefficients of DDPM and DDIM (docs/algorithms.md §1).
 //!
 //! Everything here is plain f64 arithmetic, independent of Burn, so it can be checked against
 //! `diffusers` directly. Timesteps follow diffusers: `t` in `0..T`, `abar[t]` is the cumulative

@@ -1,5 +1,5 @@
 //! Chain sampling and step-wise likelihoods against independent closed-form computations
-//! (ALGORITHMS.md §1–2).
+//! (docs/algorithms.md §1–2).
 
 mod common;
 
@@ -50,7 +50,7 @@ fn step_logp_is_the_closed_form_gaussian() {
     }
 }
 
-/// Reference DDIM step written from ALGORITHMS.md §1 directly, in f64.
+/// Reference DDIM step written from docs/algorithms.md §1 directly, in f64.
 fn reference_mean(x: &[f32], eps: &[f32], a: f64, ap: f64, eta: f64) -> (Vec<f64>, f64) {
     let sigma = eta * ((1.0 - ap) / (1.0 - a) * (1.0 - a / ap)).sqrt();
     let mu = x

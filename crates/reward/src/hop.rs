@@ -1,4 +1,4 @@
-//! The hop model (Robo-Dopamine-style; ALGORITHMS.md §4): H(s_p, s_q) in [-1, 1] predicts the
+//! The hop model (Robo-Dopamine-style; docs/algorithms.md §4): H(s_p, s_q) in [-1, 1] predicts the
 //! progress gained from s_p to s_q, trained on pairs of states of the same demonstration with
 //! target p_q - p_p (the progress labels). Fused progress along a trajectory averages three
 //! estimates:

@@ -1,4 +1,4 @@
-//! OPRL-style implicit process reward model (ALGORITHMS.md §4): a copy of the policy, pi_phi,
+//! OPRL-style implicit process reward model (docs/algorithms.md §4): a copy of the policy, pi_phi,
 //! trained online with trajectory DPO against the behaviour policy pi_old that collected the
 //! batch, on pairs of rollouts from one initial state ranked by their outcome:
 //!

@@ -1,4 +1,4 @@
-//! Progress labels for training a progress model Phi(s) (ALGORITHMS.md §4).
+//! Progress labels for training a progress model Phi(s) (docs/algorithms.md §4).
 //!
 //! - Time-normalised: p_t = t / (T - 1) over the T states of a successful trajectory.
 //! - Stage budgets (ProcVLM-style; our reconstruction): stage j of the task gets a budget b_j

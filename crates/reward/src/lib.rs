@@ -1,4 +1,4 @@
-//! Progress and process reward models (ALGORITHMS.md §4) that plug into the GRPO learner
+//! Progress and process reward models (docs/algorithms.md §4) that plug into the GRPO learner
 //! through core's `RewardModule`:
 //!
 //! - [`labels`]: time-normalised and stage-budget progress labels.

@@ -1,4 +1,4 @@
-//! Reward-model quality metrics (ALGORITHMS.md §4): value-order correlation (VOC), pairwise
+//! Reward-model quality metrics (docs/algorithms.md §4): value-order correlation (VOC), pairwise
 //! preference accuracy, success-detection AUROC and monotonicity.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! Self-referential rewards for failed rollouts (SRPO-style; ALGORITHMS.md §4): inside a group
+//! Self-referential rewards for failed rollouts (SRPO-style; docs/algorithms.md §4): inside a group
 //! of rollouts from the same initial state, a failed rollout's outcome becomes
 //! f(d) = max_outcome_of_failures_allowed * exp(-d / length_scale), d = distance of its final
 //! state to the nearest successful rollout's final state, so near misses are ranked above far

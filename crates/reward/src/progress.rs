@@ -1,6 +1,6 @@
 //! The progress reward model Phi(s) in [0, 1]: an MLP with a sigmoid head on the normalised
 //! states of a short context of steps (or on CNN features of their images), trained by regression on progress labels ([`crate::labels`]); its checkpoints; and the
-//! metrics of ALGORITHMS.md §4 on held-out episodes.
+//! metrics of docs/algorithms.md §4 on held-out episodes.
 
 use std::path::Path;
 use std::sync::Mutex;

@@ -1,4 +1,4 @@
-//! Progress shaping of per-step rewards (Ng, Harada & Russell 1999; ALGORITHMS.md §4).
+//! Progress shaping of per-step rewards (Ng, Harada & Russell 1999; docs/algorithms.md §4).
 //!
 //! Policy-invariant (potential-based) shaping: r'_t = r_t + gamma * Phi(s_{t+1}) - Phi(s_t), with
 //! Phi of the final state kept and gamma applied (our choice for terminal states). Over an

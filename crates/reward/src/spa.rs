@@ -1,4 +1,4 @@
-//! SPA-style stepwise progress attribution (ALGORITHMS.md §4): a network c(s_t, s_{t+1})
+//! SPA-style stepwise progress attribution (docs/algorithms.md §4): a network c(s_t, s_{t+1})
 //! trained so that the contributions of an episode's steps sum to its outcome,
 //! `sum_t c(s_t, s_{t+1}) ~= R`. Its per-step contributions then stand in for the step rewards
 //! of the process estimators ([`SpaReward`]), so credit goes to the steps that moved the task.
