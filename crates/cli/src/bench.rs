@@ -229,5 +229,52 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
         "{}",
         serde_json::json!({"impl": "diffrl", "device": backend, "what": "train_b256", "median_ms": median_ms(times), "threads": threads})
     )?;
+    // The same step with the batch cut into shards on as many threads ([pretrain].threads).
+    for shards in [1usize, 2, 4].into_iter().filter(|&s| s <= threads.max(2)) {
+        let mut times = Vec::new();
+        for i in 0..args.repeats.min(30) + 3 {
+            let o: Vec<f32> = (0..b * 2 * 5)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let a: Vec<f32> = (0..b * 16 * 2)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let step_seed = rng.random::<u64>();
+            let t = Instant::now();
+            let (grads, _) = diffrl_learn::parallel::sharded_grads(
+                &train.model,
+                b,
+                shards,
+                |k, rows, model| {
+                    let n = rows.len();
+                    let obs = ObsTensors {
+                        state: Tensor::from_data(
+                            TensorData::new(o[rows.start * 10..rows.end * 10].to_vec(), [n, 2, 5]),
+                            device,
+                        ),
+                        image: None,
+                    };
+                    let actions = Tensor::from_data(
+                        TensorData::new(a[rows.start * 32..rows.end * 32].to_vec(), [n, 16, 2]),
+                        device,
+                    );
+                    let mut r = seeding::rng(seeding::derive(step_seed, k as u64));
+                    Ok(train
+                        .with_model(model.clone())
+                        .bc_loss(&obs, actions, &mut r))
+                },
+            )?;
+            train.model = optim.step(1e-4, train.model.clone(), grads);
+            sync()?;
+            if i >= 3 {
+                times.push(t.elapsed().as_secs_f64());
+            }
+        }
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"impl": "diffrl", "device": backend, "what": format!("train_b256_shards{shards}"), "median_ms": median_ms(times), "threads": shards})
+        )?;
+    }
     Ok(())
 }

@@ -227,7 +227,7 @@ impl Default for DemosSection {
         Self {
             episodes: 200,
             only_successful: false,
-            noise_px: 0.0,
+            noise_px: 10.0,
             dataset: crate::pipeline::SHIPPED_DATASET.into(),
         }
     }
@@ -356,7 +356,15 @@ mod tests {
     #[test]
     fn embedded_default_equals_struct_defaults() {
         let (c, _) = load(None).unwrap();
-        assert_eq!(c.env, PushTConfig::default());
+        // One deliberate difference: the main job observes keypoints; the simulator's own
+        // default observation (a config without [env].obs) stays gym-pusht's 5-d state.
+        assert_eq!(
+            c.env,
+            PushTConfig {
+                obs: diffrl_pusht::ObsMode::Keypoints,
+                ..PushTConfig::default()
+            }
+        );
         assert_eq!(c.expert, ExpertConfig::default());
         assert_eq!(c.demos, DemosSection::default());
         assert_eq!(c.run, RunSection::default());

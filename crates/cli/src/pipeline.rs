@@ -34,7 +34,7 @@ use crate::viz::Recording;
 use crate::{demos, finetune, reward_cmd, train};
 
 /// The dataset the embedded config trains on (shipped in the repository).
-pub const SHIPPED_DATASET: &str = "assets/pusht_expert_200";
+pub const SHIPPED_DATASET: &str = "assets/pusht_pusher_200";
 
 /// `diffrl run`.
 #[derive(Debug, Args)]
@@ -67,6 +67,9 @@ pub struct RunArgs {
 }
 
 const STAGES: usize = 5;
+
+/// Stochastic rollouts of the BC policy the reward stage scores the progress model on.
+const VS_POLICY_EPISODES: usize = 50;
 
 /// Applies the `--quick` preset.
 pub fn quick_preset(cfg: &mut RunConfig) {
@@ -327,6 +330,8 @@ struct Results {
     seconds: [f64; STAGES],
     reused: [bool; STAGES],
     reward: RewardMetrics,
+    /// The reward model on held-out demos plus rollouts of the BC policy.
+    reward_vs_policy: Option<RewardMetrics>,
     pretrain_steps: usize,
     /// DAgger rounds that followed behaviour cloning (empty without [dagger]).
     dagger: Vec<crate::dagger::RoundRecord>,
@@ -437,8 +442,8 @@ fn stages<B: AutodiffBackend>(
     // 3. The progress reward model (held-out metrics; shaping uses it when [reward.shaping]
     // names it).
     let h = header(2, "reward");
-    let reward_fp =
-        json!({"dataset": dataset, "progress": cfg.reward.progress, "obs": cfg.env.obs});
+    // Scored against rollouts of the BC policy too, so the stage depends on it.
+    let reward_fp = json!({"dataset": dataset, "progress": cfg.reward.progress, "obs": cfg.env.obs, "vs_policy": {"pretrain": pre_fp, "episodes": VS_POLICY_EPISODES}});
     let (stage, state) = Stage::open(
         root.join("reward"),
         reward_fp,
@@ -472,7 +477,25 @@ fn stages<B: AutodiffBackend>(
                         .map_or("n/a".into(), |v| format!("{v:.3}"))
                 ),
             );
-            let m = stage.finish(t0.elapsed().as_secs_f64(), serde_json::to_value(&metrics)?)?;
+            // What shaping meets in fine-tuning: the BC policy's own failures.
+            let (vs_policy, _, rollouts) = reward_cmd::score_model(
+                cfg,
+                &stage.dir.join("progress"),
+                Some(&dataset),
+                Some((
+                    &policy_dir,
+                    VS_POLICY_EPISODES,
+                    diffrl_core::seeding::derive(cfg.run.seed, 0x5C0E),
+                )),
+            )?;
+            reward_cmd::print_metrics(
+                out,
+                &format!("held-out demos + {rollouts} rollouts of the BC policy"),
+                &vs_policy,
+            )?;
+            let mut results = serde_json::to_value(&metrics)?;
+            results["vs_policy"] = serde_json::to_value(&vs_policy)?;
+            let m = stage.finish(t0.elapsed().as_secs_f64(), results)?;
             run.log(&json!({"stage": "reward", "seconds": m["seconds"], "metrics": metrics}))?;
             m
         }
@@ -480,6 +503,8 @@ fn stages<B: AutodiffBackend>(
     seconds[2] = marker["seconds"].as_f64().unwrap_or(0.0);
     let reward: RewardMetrics = serde_json::from_value(marker["results"].clone())
         .with_context(|| format!("reading {}", root.join("reward/stage.json").display()))?;
+    let reward_vs_policy: Option<RewardMetrics> =
+        serde_json::from_value(marker["results"]["vs_policy"].clone()).ok();
 
     // 4. GRPO from the BC checkpoint. Its training scalars follow BC's on the train_step
     // timeline of the recording.
@@ -606,6 +631,7 @@ fn stages<B: AutodiffBackend>(
         seconds,
         reused,
         reward,
+        reward_vs_policy,
         pretrain_steps: cfg.pretrain.steps,
         dagger: dagger_rounds,
         grpo_iterations: cfg.grpo.iterations,
@@ -829,6 +855,12 @@ fn summary_json(r: &Results, total: f64, quick: bool) -> Value {
             "success_auroc": r.reward.success_auroc,
             "monotonicity": r.reward.monotonicity,
             "pairs": r.reward.pairs,
+            "vs_policy": r.reward_vs_policy.as_ref().map(|m| json!({
+                "pairwise_accuracy": m.pairwise_accuracy,
+                "success_auroc": m.success_auroc,
+                "pairs": m.pairs,
+                "voc": m.voc,
+            })),
         },
         "wall_seconds": {
             "demos": r.seconds[0],
@@ -1087,6 +1119,16 @@ fn finish(
         opt(r.reward.success_auroc),
         r.reward.monotonicity,
     ));
+    if let Some(m) = &r.reward_vs_policy {
+        md.push_str(&format!(
+            "Against the BC policy's own rollouts ({VS_POLICY_EPISODES} stochastic episodes \
+             added to the held-out demonstrations): pairwise accuracy {} over {} pairs, success \
+             AUROC {}.\n\n",
+            opt(m.pairwise_accuracy),
+            m.pairs,
+            opt(m.success_auroc),
+        ));
+    }
     if let Some(s) = &r.demos {
         md.push_str(&format!(
             "## Expert demonstrations\n\n{} episodes, success {:.1}% (Wilson 95% CI {:.1}-{:.1}%), mean max reward {:.3}, mean length {:.1}.\n\n",

@@ -211,7 +211,9 @@ fn render_images(episodes: &mut [Episode], size: u32) -> anyhow::Result<()> {
             .chain(ep.final_observation.as_mut())
             .enumerate()
         {
-            let data = diffrl_pusht::render::render_state(&o.state, size).with_context(|| {
+            let state = diffrl_pusht::state_from_keypoints(&o.state);
+            let state = state.as_ref().map_or(&o.state[..], |s| &s[..]);
+            let data = diffrl_pusht::render::render_state(state, size).with_context(|| {
                 format!(
                     "rendering observation {t} of episode {k}: Push-T images are drawn from \
                      5-value states [agent_x, agent_y, block_x, block_y, block_angle], this one \
@@ -240,9 +242,14 @@ fn dataset_episodes(
             dir.display()
         )
     })?;
-    let eps = ds
+    let mut eps = ds
         .episodes("observation.state")
         .with_context(|| format!("reading the episodes of {}", dir.display()))?;
+    // Models score what the environment observes: keypoint views of the recorded states.
+    if cfg.env.obs == diffrl_pusht::ObsMode::Keypoints {
+        crate::train::to_keypoints(&mut eps)
+            .with_context(|| format!("[env].obs = \"keypoints\" with {}", dir.display()))?;
+    }
     Ok((dir, eps))
 }
 
@@ -495,6 +502,38 @@ fn policy_rollouts(
     Ok(out)
 }
 
+/// Metrics of the progress model in `model_dir` on the held-out demonstrations of `dataset`
+/// plus, with `policy = (dir, episodes, seed)`, that many stochastic rollouts of the policy
+/// (mostly failures for a BC policy: what pairwise accuracy and AUROC need). Returns the
+/// metrics, the number of held-out demos and of rollouts.
+pub(crate) fn score_model(
+    cfg: &RunConfig,
+    model_dir: &Path,
+    dataset: Option<&Path>,
+    policy: Option<(&Path, usize, u64)>,
+) -> anyhow::Result<(RewardMetrics, usize, usize)> {
+    let model = load_model(model_dir)?;
+    check_model_space(&model, cfg, model_dir)?;
+    let (_, episodes) = dataset_episodes(cfg, dataset)?;
+    let every = model.meta.config.holdout_every;
+    let mut scored: Vec<Episode> = episodes
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| held_out(*i, every))
+        .map(|(_, e)| e)
+        .collect();
+    let demos = scored.len();
+    if let Some((p, episodes, seed)) = policy {
+        scored.extend(policy_rollouts(cfg, p, episodes, seed)?);
+    }
+    if let Some([_, h, _]) = model.meta.image_shape {
+        render_images(&mut scored, h as u32)?;
+    }
+    let refs: Vec<&Episode> = scored.iter().collect();
+    let metrics = progress::evaluate(&model, &refs)?;
+    Ok((metrics, demos, scored.len() - demos))
+}
+
 /// Runs `diffrl reward ...`; `train` records into `rerun` when given.
 pub fn run(
     cmd: &RewardCommand,
@@ -553,31 +592,16 @@ pub fn run(
         RewardCommand::Eval(a) => {
             crate::viz::ignored(rerun, "reward eval");
             let (cfg, _) = config::load(a.config.as_deref())?;
-            let model = load_model(&a.model)?;
-            check_model_space(&model, &cfg, &a.model)?;
-            let (_, episodes) = dataset_episodes(&cfg, a.dataset.as_deref())?;
-            let every = model.meta.config.holdout_every;
-            let mut scored: Vec<Episode> = episodes
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| held_out(*i, every))
-                .map(|(_, e)| e)
-                .collect();
-            let demos = scored.len();
-            if let Some(p) = &a.policy {
-                scored.extend(policy_rollouts(&cfg, p, a.episodes, a.seed)?);
-            }
-            if let Some([_, h, _]) = model.meta.image_shape {
-                render_images(&mut scored, h as u32)?;
-            }
-            let refs: Vec<&Episode> = scored.iter().collect();
-            let metrics = progress::evaluate(&model, &refs)?;
+            let policy = a.policy.as_deref().map(|p| (p, a.episodes, a.seed));
+            let (metrics, demos, rollouts) =
+                score_model(&cfg, &a.model, a.dataset.as_deref(), policy)?;
+            let scored_len = demos + rollouts;
             print_metrics(
                 out,
                 &format!(
                     "{demos} held-out demos{}",
                     if a.policy.is_some() {
-                        format!(" + {} policy rollouts", scored.len() - demos)
+                        format!(" + {rollouts} policy rollouts")
                     } else {
                         String::new()
                     }
@@ -594,7 +618,7 @@ pub fn run(
                 "model": a.model.display().to_string(),
                 "held_out_demos": demos,
                 "policy": a.policy.as_ref().map(|p| p.display().to_string()),
-                "policy_rollouts": scored.len() - demos,
+                "policy_rollouts": scored_len - demos,
                 "metrics": metrics,
             });
             diffrl_core::fs::write_atomic(&path, &serde_json::to_vec_pretty(&doc)?)

@@ -58,13 +58,8 @@ pub struct BcConfig {
     pub checkpoint_every: usize,
     /// Threads that share each step's batch (data-parallel gradients, crate::parallel): 1 =
     /// the whole batch on one thread. Results are bit-identical for a given seed and thread
-    /// count; another count gives another (equally valid) run. On a GPU keep 1.
-    #[serde(skip_serializing_if = "is_one")]
+    /// count; another count gives another (equally valid) run. On a GPU use 1.
     pub threads: usize,
-}
-
-fn is_one(v: &usize) -> bool {
-    *v == 1
 }
 
 impl Default for BcConfig {
@@ -82,7 +77,7 @@ impl Default for BcConfig {
             eval_every: 5_000,
             eval_episodes: 50,
             checkpoint_every: 1_000,
-            threads: 1,
+            threads: 2,
         }
     }
 }

@@ -391,6 +391,35 @@ pub fn keypoint_observation(state: &[f32]) -> Option<Vec<f32>> {
     Some(v)
 }
 
+/// The 5-d state [agent_x, agent_y, block_x, block_y, angle mod 2 pi] behind a keypoint
+/// observation (the inverse of [`keypoint_observation`]: the angle from the bar's two bottom
+/// corners, the origin as the mean over the corners); `None` for another width.
+pub fn state_from_keypoints(kp: &[f32]) -> Option<[f32; 5]> {
+    if kp.len() != 18 {
+        return None;
+    }
+    let p = |i: usize| [f64::from(kp[2 * i]), f64::from(kp[2 * i + 1])];
+    let ([x0, y0], [x1, y1]) = (p(0), p(1));
+    let local = geometry::KEYPOINTS;
+    let angle =
+        (y1 - y0).atan2(x1 - x0) - (local[1][1] - local[0][1]).atan2(local[1][0] - local[0][0]);
+    let rot = Pose::new(0.0, 0.0, angle);
+    let (mut bx, mut by) = (0.0, 0.0);
+    for (i, l) in local.iter().enumerate() {
+        let [rx, ry] = rot.apply(*l);
+        let [x, y] = p(i);
+        bx += (x - rx) / local.len() as f64;
+        by += (y - ry) / local.len() as f64;
+    }
+    Some([
+        kp[16],
+        kp[17],
+        bx as f32,
+        by as f32,
+        angle.rem_euclid(2.0 * PI) as f32,
+    ])
+}
+
 impl Env for PushT {
     type Snapshot = Snapshot;
 

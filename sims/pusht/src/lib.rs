@@ -20,7 +20,7 @@ pub mod stages;
 
 pub use env::{
     MAX_EPISODE_STEPS, ObsMode, PushT, PushTBuilder, PushTConfig, Randomization, SUCCESS_THRESHOLD,
-    Snapshot, TASK, keypoint_observation,
+    Snapshot, TASK, keypoint_observation, state_from_keypoints,
 };
 pub use expert::{Expert, ExpertConfig, ExpertKind};
 pub use pusher::{Pusher, PusherConfig};

@@ -1,8 +1,8 @@
-//! Push-T's subtasks for stage-budget progress labels (ALGORITHMS.md §4): reach the block,
+//! Push-T's subtasks for stage-budget progress labels (docs/algorithms.md §4): reach the block,
 //! align its orientation with the goal, cover the goal (coverage above the success threshold:
 //! a looser "near the goal" test is met by the expert within its first ~25 steps, which left
 //! most of every demonstration flat at progress 1). Judged from the 5-d state
-//! observation [agent_x, agent_y, block_x, block_y, block_angle].
+//! observation [agent_x, agent_y, block_x, block_y, block_angle] or the keypoint observation.
 
 use std::f64::consts::PI;
 
@@ -44,6 +44,9 @@ impl StagePredicates for PushTStages {
     }
 
     fn completed(&self, s: &[f32]) -> usize {
+        // Keypoint observations (18 values) carry the same state.
+        let from_keypoints = crate::env::state_from_keypoints(s);
+        let s = from_keypoints.as_ref().map_or(s, |k| &k[..]);
         let Some(&[ax, ay, bx, by, angle]) = s.get(..5) else {
             return 0;
         };
@@ -65,6 +68,26 @@ impl StagePredicates for PushTStages {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keypoint observations give back their state and the same stages.
+    #[test]
+    fn keypoints_round_trip_to_the_state() {
+        let st = PushTStages::default();
+        for s in [
+            [256.0f32, 300.0, 256.0, 256.0, std::f32::consts::FRAC_PI_4],
+            [100.0, 50.0, 300.0, 120.0, 5.9],
+            [400.0, 400.0, 150.0, 380.0, 0.01],
+            [250.0, 250.0, 256.0, 256.0, 0.76],
+        ] {
+            let kp = crate::keypoint_observation(&s).unwrap();
+            let back = crate::state_from_keypoints(&kp).unwrap();
+            for (a, b) in s.iter().zip(&back) {
+                assert!((a - b).abs() < 1e-3, "{s:?} -> {back:?}");
+            }
+            assert_eq!(st.completed(&kp), st.completed(&s), "{s:?}");
+        }
+        assert_eq!(crate::state_from_keypoints(&[0.0; 5]), None);
+    }
 
     #[test]
     fn stages_of_hand_picked_states() {
