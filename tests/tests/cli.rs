@@ -263,6 +263,7 @@ fn demos_write_a_dataset_that_replays_in_the_simulator() {
     let cfg = tiny_config(d.path(), "");
     let out = d.path().join("demos");
     let o = out.to_str().unwrap();
+    // Without DART noise the recorded labels are the executed actions, so they replay.
     let msg = cli(&[
         "demos",
         "pusht",
@@ -270,6 +271,8 @@ fn demos_write_a_dataset_that_replays_in_the_simulator() {
         "3",
         "--seed",
         "11",
+        "--noise",
+        "0",
         "--out",
         o,
         "--config",
@@ -310,6 +313,8 @@ fn demos_write_a_dataset_that_replays_in_the_simulator() {
         "3",
         "--seed",
         "11",
+        "--noise",
+        "0",
         "--out",
         out2.to_str().unwrap(),
         "--config",

@@ -24,8 +24,9 @@ pub struct RunConfig {
     /// Run folder, seed, threads.
     #[serde(default)]
     pub run: RunSection,
-    /// Environment settings.
-    #[serde(default)]
+    /// Environment settings (a config without an [env] table gets the main job's: keypoint
+    /// observations; inside an [env] table an omitted `obs` is the simulator's "state").
+    #[serde(default = "run_env")]
     pub env: PushTConfig,
     /// Expert settings.
     #[serde(default)]
@@ -81,6 +82,14 @@ impl Default for DaggerSection {
             beta: 0.0,
             stochastic: false,
         }
+    }
+}
+
+/// The main job's environment: Push-T observed through keypoints (docs/policy.md).
+fn run_env() -> PushTConfig {
+    PushTConfig {
+        obs: diffrl_pusht::ObsMode::Keypoints,
+        ..PushTConfig::default()
     }
 }
 
@@ -358,13 +367,12 @@ mod tests {
         let (c, _) = load(None).unwrap();
         // One deliberate difference: the main job observes keypoints; the simulator's own
         // default observation (a config without [env].obs) stays gym-pusht's 5-d state.
-        assert_eq!(
-            c.env,
-            PushTConfig {
-                obs: diffrl_pusht::ObsMode::Keypoints,
-                ..PushTConfig::default()
-            }
-        );
+        assert_eq!(c.env, run_env());
+        // A config without [env] observes what the embedded one does.
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("grpo.toml");
+        std::fs::write(&p, "[grpo]\niterations = 3\n").unwrap();
+        assert_eq!(load(Some(&p)).unwrap().0.env, c.env);
         assert_eq!(c.expert, ExpertConfig::default());
         assert_eq!(c.demos, DemosSection::default());
         assert_eq!(c.run, RunSection::default());
