@@ -15,6 +15,9 @@ cat > "$tmp/tiny.toml" <<TOML
 name = "serve-check"
 runs_dir = "$tmp/runs"
 threads = 1
+[env]
+# The checks send 5-d states (the main job's keypoints would be 18 values).
+obs = "state"
 [policy]
 pred_horizon = 4
 action_horizon = 2
