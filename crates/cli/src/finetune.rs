@@ -203,8 +203,20 @@ pub fn finetune_recorded<B: AutodiffBackend>(
         &env_spec(cfg)?,
         &format!("the policy {}", policy_dir.display()),
     )?;
-    let trainable = Policy::<B>::trainable(&reference);
     let g = &cfg.grpo;
+    // Fine-tuning chooses its own exploration noise (the behaviour-cloning checkpoint's floors
+    // only matter for stochastic sampling).
+    let reference = reference
+        .with_diffusion(|d| {
+            if g.min_sampling_std > 0.0 {
+                d.min_sampling_std = g.min_sampling_std;
+            }
+            if g.min_logprob_std > 0.0 {
+                d.min_logprob_std = g.min_logprob_std;
+            }
+        })
+        .context("grpo.min_sampling_std / grpo.min_logprob_std")?;
+    let trainable = Policy::<B>::trainable(&reference);
     let n_env = g.groups * g.group_size;
     let worlds = (0..n_env)
         .map(|_| PushT::builder().config(cfg.env.clone()).build())

@@ -185,8 +185,17 @@ impl<B: Backend> Policy<B> {
     /// The same network fine-tuning only the last `ft` denoising steps (K'; 0 = all): earlier
     /// steps then run the frozen copy passed to [`Policy::act`]. Fails when K' > K.
     pub fn with_fine_tuned_steps(&self, ft: usize) -> Result<Self, PolicyError> {
+        self.with_diffusion(|d| d.ft_denoising_steps = ft)
+    }
+
+    /// The same network with its diffusion settings changed by `change` (e.g. the exploration
+    /// noise floors of fine-tuning); fails when the result is not a valid config.
+    pub fn with_diffusion(
+        &self,
+        change: impl FnOnce(&mut crate::config::DiffusionConfig),
+    ) -> Result<Self, PolicyError> {
         let mut config = self.config.clone();
-        config.diffusion.ft_denoising_steps = ft;
+        change(&mut config.diffusion);
         config.validate().map_err(|e| PolicyError::Config {
             field: e.field,
             message: e.message,
