@@ -153,8 +153,26 @@ fn bad_settings_and_mismatched_checkpoints_are_refused() {
     // An unknown estimator names the choices.
     let e = run(&cfg, &policy, &["--estimator", "grpo2"]).unwrap_err();
     assert!(e.contains("dr-grpo"), "{e}");
+    // A negative exploration floor.
+    let neg = config(d.path(), "neg.toml", "min_sampling_std = -0.1\n");
+    let e = run(&neg, &policy, &[]).unwrap_err();
+    assert!(e.contains("grpo.min_sampling_std"), "{e}");
     // Resuming with a checkpoint of another architecture is refused.
     run(&cfg, &policy, &[]).unwrap();
+    // Fine-tuning samples with its own exploration floors ([grpo], 0.03 by default); the BC
+    // checkpoint keeps its own (0.1).
+    let floors = |dir: &Path| {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("policy.json")).unwrap())
+                .unwrap();
+        let dc = &v["config"]["diffusion"];
+        (
+            dc["min_sampling_std"].as_f64().unwrap(),
+            dc["min_logprob_std"].as_f64().unwrap(),
+        )
+    };
+    assert_eq!(floors(Path::new(&policy)), (0.1, 0.1));
+    assert_eq!(floors(&Path::new(&out).join("policy")), (0.03, 0.03));
     let other_cfg = d.path().join("other.toml");
     std::fs::write(
         &other_cfg,
