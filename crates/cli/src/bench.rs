@@ -138,7 +138,7 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
     device: &B::Device,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+    use burn::optim::{AdamWConfig, Optimizer};
     use burn::tensor::{Tensor, TensorData};
     use diffrl_core::normalize::Normalizer;
     use diffrl_policy::encoder::ObsTensors;
@@ -202,34 +202,8 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
     let mut train = Policy::<B>::new(cfg, spec, norm, args.seed, device)?;
     let mut optim = AdamWConfig::new().init();
     let b = 256;
-    let mut times = Vec::new();
-    for i in 0..args.repeats.min(30) + 3 {
-        let o: Vec<f32> = (0..b * 2 * 5)
-            .map(|_| rng.random_range(-1.0..1.0))
-            .collect();
-        let a: Vec<f32> = (0..b * 16 * 2)
-            .map(|_| rng.random_range(-1.0..1.0))
-            .collect();
-        let t = Instant::now();
-        let obs = ObsTensors {
-            state: Tensor::from_data(TensorData::new(o, [b, 2, 5]), device),
-            image: None,
-        };
-        let actions = Tensor::from_data(TensorData::new(a, [b, 16, 2]), device);
-        let loss = train.bc_loss(&obs, actions, &mut rng);
-        let grads = GradientsParams::from_grads(loss.backward(), &train.model);
-        train.model = optim.step(1e-4, train.model.clone(), grads);
-        sync()?;
-        if i >= 3 {
-            times.push(t.elapsed().as_secs_f64());
-        }
-    }
-    writeln!(
-        out,
-        "{}",
-        serde_json::json!({"impl": "diffrl", "device": backend, "what": "train_b256", "median_ms": median_ms(times), "threads": threads})
-    )?;
-    // The same step with the batch cut into shards on as many threads ([pretrain].threads).
+    // One BC step; then the same step with the batch cut into shards on as many threads
+    // ([pretrain].threads).
     for shards in [1usize, 2, 4].into_iter().filter(|&s| s <= threads.max(2)) {
         let mut times = Vec::new();
         for i in 0..args.repeats.min(30) + 3 {
@@ -273,7 +247,7 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
         writeln!(
             out,
             "{}",
-            serde_json::json!({"impl": "diffrl", "device": backend, "what": format!("train_b256_shards{shards}"), "median_ms": median_ms(times), "threads": shards})
+            serde_json::json!({"impl": "diffrl", "device": backend, "what": if shards == 1 { "train_b256".to_string() } else { format!("train_b256_shards{shards}") }, "median_ms": median_ms(times), "threads": if shards == 1 { threads } else { shards }})
         )?;
     }
     Ok(())

@@ -173,7 +173,8 @@ impl std::fmt::Display for DaggerSummary {
 }
 
 /// Rolls `policy` out for `episodes` seeded episodes (environments and seeds as in
-/// evaluation: `envs` environments, root `seed`) and returns the expert-labelled episodes.
+/// evaluation: `envs` environments, root `seed`; deterministic chains unless `stochastic`) and
+/// returns the expert-labelled episodes.
 #[allow(clippy::too_many_arguments)]
 pub fn collect<B: Backend>(
     env_cfg: &PushTConfig,
@@ -184,9 +185,14 @@ pub fn collect<B: Backend>(
     envs: usize,
     seed: u64,
     beta: f64,
-    mode: SampleMode,
+    stochastic: bool,
     threads: usize,
 ) -> anyhow::Result<(Vec<Episode>, DaggerSummary)> {
+    let mode = if stochastic {
+        SampleMode::Stochastic
+    } else {
+        SampleMode::Deterministic
+    };
     anyhow::ensure!(
         (0.0..=1.0).contains(&beta),
         "DAgger's beta (the probability of executing the expert's action) must be in [0, 1], got {beta}"
@@ -278,11 +284,6 @@ pub fn dagger_cmd(
         None => Vec::new(),
     };
     let base_episodes = all.len();
-    let mode = if args.stochastic {
-        SampleMode::Stochastic
-    } else {
-        SampleMode::Deterministic
-    };
     let (eps, summary) = collect(
         &cfg.env,
         &cfg.expert,
@@ -292,7 +293,7 @@ pub fn dagger_cmd(
         cfg.eval.envs,
         args.seed,
         args.beta,
-        mode,
+        args.stochastic,
         args.threads,
     )?;
     writeln!(out, "dagger: {summary}")?;
@@ -385,11 +386,6 @@ pub fn round<B: AutodiffBackend>(
                 .and_then(|ds| ds.episodes("observation.state"))
                 .with_context(|| format!("reading {}", data.display()))?;
             let base = all.len();
-            let mode = if cfg.dagger.stochastic {
-                SampleMode::Stochastic
-            } else {
-                SampleMode::Deterministic
-            };
             let (eps, summary) = collect(
                 &cfg.env,
                 &cfg.expert,
@@ -399,7 +395,7 @@ pub fn round<B: AutodiffBackend>(
                 cfg.eval.envs,
                 derive(cfg.run.seed, ROUND_STREAM + round as u64),
                 cfg.dagger.beta,
-                mode,
+                cfg.dagger.stochastic,
                 cfg.run.threads,
             )?;
             writeln!(out, "      round {round}: {summary}")?;
