@@ -1091,12 +1091,18 @@ fn finish(
         if separate {
             "the Wilson intervals do not overlap"
         } else {
-            "the Wilson intervals overlap: not a clear difference"
+            "the Wilson intervals overlap"
         },
         match mcnemar(&r.bc, &r.grpo) {
             Some((g, b, p)) => format!(
-                "; paired: {g} episodes only GRPO solved, {b} only BC, exact McNemar p = {p:.3}"
+                "; paired: {g} episodes only GRPO solved, {b} only BC, exact McNemar p = {p:.3}{}",
+                match (separate, p < 0.05) {
+                    (false, true) => ": the paired test on the same episodes tells them apart",
+                    (false, false) => ": not a clear difference",
+                    _ => "",
+                }
             ),
+            None if !separate => ": not a clear difference".into(),
             None => String::new(),
         },
         match paired_score_diff(&r.bc, &r.grpo) {
