@@ -240,6 +240,50 @@ pub fn collect<B: Backend>(
     Ok((eps, summary))
 }
 
+/// One round's data: `base`'s episodes (none without it) followed by the expert-labelled
+/// rollouts of `policy` ([`collect`] with `cfg`'s environment, expert and [eval].envs), written
+/// as a dataset at `dir` with `provenance` (plus the rollouts' summary). The base is read
+/// before any rollout, so a bad dataset is refused at once. Returns the rollouts' summary, the
+/// base's episode count and the episodes written.
+#[allow(clippy::too_many_arguments)]
+fn relabel_and_aggregate<B: Backend>(
+    cfg: &RunConfig,
+    policy: &Policy<B>,
+    device: &B::Device,
+    base: Option<&Path>,
+    (episodes, seed, beta, stochastic): (usize, u64, f64, bool),
+    dir: &Path,
+    overwrite: bool,
+    mut provenance: serde_json::Value,
+) -> anyhow::Result<(DaggerSummary, usize, usize)> {
+    let mut all = match base {
+        Some(base) => read_dataset(base)
+            .and_then(|ds| ds.episodes("observation.state"))
+            .with_context(|| format!("reading the base dataset {}", base.display()))?,
+        None => Vec::new(),
+    };
+    let base_episodes = all.len();
+    let (eps, summary) = collect(
+        &cfg.env,
+        &cfg.expert,
+        policy,
+        device,
+        episodes,
+        cfg.eval.envs,
+        seed,
+        beta,
+        stochastic,
+        cfg.run.threads,
+    )?;
+    all.extend(eps);
+    provenance["dagger"] = serde_json::to_value(&summary)?;
+    provenance["base_episodes"] = base_episodes.into();
+    provenance["expert"] = serde_json::to_value(&cfg.expert)?;
+    let data_summary = crate::demos::summarize(&all, summary.seconds);
+    let written = crate::demos::write(dir, &all, &data_summary, provenance, false, overwrite)?;
+    Ok((summary, base_episodes, written))
+}
+
 /// `diffrl demos TASK --dagger POLICY`'s arguments.
 #[derive(Debug, Clone)]
 pub struct DaggerArgs {
@@ -255,11 +299,10 @@ pub struct DaggerArgs {
     pub episodes: usize,
     /// Root seed of the rollouts.
     pub seed: u64,
-    /// Worker threads (0 = one per core).
-    pub threads: usize,
 }
 
-/// `diffrl demos pusht --dagger POLICY [--base DATASET] --out DIR`: one DAgger round's data.
+/// `diffrl demos pusht --dagger POLICY [--base DATASET] --out DIR`: one DAgger round's data
+/// (environments stepped on `cfg`'s [run].threads).
 pub fn dagger_cmd(
     cfg: &RunConfig,
     args: &DaggerArgs,
@@ -276,29 +319,6 @@ pub fn dagger_cmd(
         &env_spec(cfg)?,
         &format!("the policy {}", args.policy.display()),
     )?;
-    // Read the base first: a bad dataset is refused before minutes of rollouts.
-    let mut all = match &args.base {
-        Some(base) => read_dataset(base)
-            .and_then(|ds| ds.episodes("observation.state"))
-            .with_context(|| format!("reading the base dataset {}", base.display()))?,
-        None => Vec::new(),
-    };
-    let base_episodes = all.len();
-    let (eps, summary) = collect(
-        &cfg.env,
-        &cfg.expert,
-        &policy,
-        &device,
-        args.episodes,
-        cfg.eval.envs,
-        args.seed,
-        args.beta,
-        args.stochastic,
-        args.threads,
-    )?;
-    writeln!(out, "dagger: {summary}")?;
-    all.extend(eps);
-    let data_summary = crate::demos::summarize(&all, summary.seconds);
     let command = format!(
         "diffrl demos pusht --dagger {} {}--episodes {} --seed {} --beta {}{}",
         args.policy.display(),
@@ -314,12 +334,19 @@ pub fn dagger_cmd(
         "command": command,
         "seed": args.seed,
         "env": cfg.env,
-        "expert": cfg.expert,
-        "dagger": summary,
-        "base_episodes": base_episodes,
         "diffrl_version": env!("CARGO_PKG_VERSION"),
     });
-    let written = crate::demos::write(dir, &all, &data_summary, provenance, false, overwrite)?;
+    let (summary, base_episodes, written) = relabel_and_aggregate(
+        cfg,
+        &policy,
+        &device,
+        args.base.as_deref(),
+        (args.episodes, args.seed, args.beta, args.stochastic),
+        dir,
+        overwrite,
+        provenance,
+    )?;
+    writeln!(out, "dagger: {summary}")?;
     writeln!(
         out,
         "wrote {written} episodes ({base_episodes} from the base dataset, {} relabelled policy \
@@ -373,44 +400,40 @@ pub fn round<B: AutodiffBackend>(
     let t0 = Instant::now();
     let data_dir = dir.join("data");
     let rollouts_path = dir.join("rollouts.json");
-    let rollouts: DaggerSummary = match std::fs::read_to_string(&rollouts_path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .filter(|_| data_dir.join("meta/info.json").exists())
-    {
-        Some(s) => s,
-        None => {
-            let (p, _) = checkpoint::load::<B::InnerBackend>(policy, device)
-                .with_context(|| format!("loading the policy {}", policy.display()))?;
-            let mut all = read_dataset(data)
-                .and_then(|ds| ds.episodes("observation.state"))
-                .with_context(|| format!("reading {}", data.display()))?;
-            let base = all.len();
-            let (eps, summary) = collect(
-                &cfg.env,
-                &cfg.expert,
-                &p,
-                device,
-                cfg.dagger.episodes,
-                cfg.eval.envs,
-                derive(cfg.run.seed, ROUND_STREAM + round as u64),
-                cfg.dagger.beta,
-                cfg.dagger.stochastic,
-                cfg.run.threads,
-            )?;
-            writeln!(out, "      round {round}: {summary}")?;
-            all.extend(eps);
-            let provenance = serde_json::json!({
-                "dagger_round": round, "policy": policy, "base": data,
-                "base_episodes": base, "dagger": summary, "expert": cfg.expert,
-            });
-            let data_summary = crate::demos::summarize(&all, summary.seconds);
-            crate::demos::write(&data_dir, &all, &data_summary, provenance, false, true)?;
-            write_atomic(&rollouts_path, &serde_json::to_vec_pretty(&summary)?)
+    let (rollouts, episodes_in_data): (DaggerSummary, usize) =
+        match std::fs::read_to_string(&rollouts_path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .filter(|_| data_dir.join("meta/info.json").exists())
+        {
+            Some(done) => done,
+            None => {
+                let (p, _) = checkpoint::load::<B::InnerBackend>(policy, device)
+                    .with_context(|| format!("loading the policy {}", policy.display()))?;
+                let (summary, _, written) = relabel_and_aggregate(
+                    cfg,
+                    &p,
+                    device,
+                    Some(data),
+                    (
+                        cfg.dagger.episodes,
+                        derive(cfg.run.seed, ROUND_STREAM + round as u64),
+                        cfg.dagger.beta,
+                        cfg.dagger.stochastic,
+                    ),
+                    &data_dir,
+                    true,
+                    serde_json::json!({"dagger_round": round, "policy": policy, "base": data}),
+                )?;
+                writeln!(out, "      round {round}: {summary}")?;
+                write_atomic(
+                    &rollouts_path,
+                    &serde_json::to_vec_pretty(&(&summary, written))?,
+                )
                 .with_context(|| format!("writing {}", rollouts_path.display()))?;
-            summary
-        }
-    };
+                (summary, written)
+            }
+        };
     let mut rcfg = cfg.clone();
     rcfg.pretrain.steps = cfg.dagger.steps;
     rcfg.pretrain.warmup_steps = cfg.pretrain.warmup_steps.min(cfg.dagger.steps / 10);
@@ -428,9 +451,7 @@ pub fn round<B: AutodiffBackend>(
     )?;
     let record = RoundRecord {
         round,
-        episodes_in_data: read_dataset(&data_dir)
-            .and_then(|ds| ds.episodes("observation.state"))
-            .map_or(0, |e| e.len()),
+        episodes_in_data,
         rollouts,
         steps: cfg.dagger.steps,
         seconds: t0.elapsed().as_secs_f64(),

@@ -227,6 +227,7 @@ where
                 "--noise must be a finite number of pixels >= 0, got {noise_px}"
             );
             if let Some(policy) = dagger {
+                cfg.run.threads = threads;
                 let args = dagger::DaggerArgs {
                     policy,
                     base,
@@ -234,7 +235,6 @@ where
                     stochastic,
                     episodes,
                     seed,
-                    threads,
                 };
                 return dagger::dagger_cmd(&cfg, &args, &dir, overwrite, out);
             }

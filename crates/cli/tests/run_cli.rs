@@ -274,3 +274,48 @@ fn ctrl_c_then_rerun_resumes_to_the_uninterrupted_result() {
         json(&b.join("summary.json"))["grpo"]
     );
 }
+
+/// `[dagger]` rounds inside the pretrain stage: each round's data holds the previous data plus
+/// the labelled rollouts, the last round's policy is what GRPO starts from, the report and
+/// summary.json name the rounds, a rerun reuses them; the reward stage scores the model
+/// against the BC policy's rollouts.
+#[test]
+fn dagger_rounds_feed_the_later_stages() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "[dagger]\nrounds = 2\nepisodes = 2\nsteps = 10\n");
+    let run = d.path().join("run");
+    let out = run.display().to_string();
+    let log = diffrl(&["run", &cfg, "--out", &out]).unwrap();
+    assert!(log.contains("DAgger round 2"), "{log}");
+    let s = json(&run.join("summary.json"));
+    let rounds = s["dagger"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2, "{s}");
+    // 200 shipped episodes, then 2 more per round.
+    assert_eq!(rounds[0]["episodes_in_data"], 202);
+    assert_eq!(rounds[1]["episodes_in_data"], 204);
+    assert_eq!(rounds[1]["rollouts"]["episodes"], 2);
+    let data = diffrl_core::lerobot::read_dataset(&run.join("pretrain/dagger/round-2/data"))
+        .unwrap()
+        .episodes("observation.state")
+        .unwrap();
+    assert_eq!(data.len(), 204);
+    assert!(
+        run.join("pretrain/dagger/round-2/policy/policy.json")
+            .exists()
+    );
+    let grpo_log = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(
+        grpo_log.contains("then DAgger") && grpo_log.contains("2 DAgger rounds"),
+        "{grpo_log}"
+    );
+    assert!(log.contains("pretrain/dagger/round-2/policy"), "{log}");
+    let vs = &s["reward"]["vs_policy"];
+    assert!(
+        vs["pairs"].as_u64().is_some() && vs.get("success_auroc").is_some(),
+        "{s}"
+    );
+    // A rerun reuses everything, rounds included.
+    let again = diffrl(&["run", &cfg, "--out", &out]).unwrap();
+    assert!(again.contains("[2/5] pretrain: reusing"), "{again}");
+    assert_eq!(json(&run.join("summary.json"))["dagger"], s["dagger"]);
+}
