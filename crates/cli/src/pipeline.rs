@@ -3,7 +3,8 @@
 //! evaluation of both policies on the same seeded episodes; then report.md, summary.json and
 //! the learning-curve PNGs.
 //!
-//! Every stage folder holds `fingerprint.json` (the settings it was started with) and, once
+//! Every stage folder holds `fingerprint.json` (its settings, the fingerprints of the stages
+//! it reads from, and content hashes of the folders it reads that no stage fingerprints) and, once
 //! complete, `stage.json` (the same fingerprint, its wall time and results). A complete stage
 //! with the same settings is reused; an incomplete one with the same settings resumes from its
 //! checkpoint; one whose settings changed is started over. So an interrupted `diffrl run`
@@ -16,7 +17,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use burn::tensor::backend::AutodiffBackend;
 use clap::Args;
-use diffrl_core::fs::write_atomic;
+use diffrl_core::fs::{content_hash, write_atomic};
 use diffrl_core::lerobot::read_dataset;
 use diffrl_core::record::{EpisodeEnd, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic};
 use diffrl_core::run_dir::RunDir;
@@ -514,6 +515,12 @@ fn stages<B: AutodiffBackend>(
     if let Some(spa) = &cfg.reward.spa {
         reward_fp["spa"] = json!(spa);
     }
+    // The models it reads by content, not by path: retraining the reward stage (or any model
+    // folder named here) redoes fine-tuning.
+    let models = reward_model_hashes(cfg)?;
+    if !models.is_empty() {
+        reward_fp["model_content"] = Value::Object(models);
+    }
     let grpo_fp = json!({"pretrain": pre_fp, "grpo": cfg.grpo, "reward": reward_fp});
     let (stage, state) = Stage::open(
         root.join("grpo"),
@@ -700,6 +707,27 @@ fn brief(r: &EvalReport) -> Value {
     json!({"success_rate": r.success_rate, "ci95": r.ci95, "mean_max_score": r.mean_max_score, "episodes": r.episodes, "successes": r.successes, "mean_length": r.mean_length})
 }
 
+/// Content hashes of the reward-model folders GRPO reads (`[reward.shaping]`, `[reward.spa]`).
+fn reward_model_hashes(cfg: &RunConfig) -> anyhow::Result<serde_json::Map<String, Value>> {
+    let mut hashes = serde_json::Map::new();
+    let folders = [
+        ("shaping", cfg.reward.shaping.as_ref().map(|s| &s.model)),
+        ("spa", cfg.reward.spa.as_ref().map(|s| &s.model)),
+    ];
+    for (key, dir) in folders {
+        if let Some(dir) = dir {
+            let hash = content_hash(dir).with_context(|| {
+                format!(
+                    "reading the model folder {} ([reward.{key}].model)",
+                    dir.display()
+                )
+            })?;
+            hashes.insert(key.into(), json!(hash));
+        }
+    }
+    Ok(hashes)
+}
+
 /// Stage 1. Returns the dataset folder, the expert summary when demos were recorded by this
 /// run (None for a given dataset), and the fingerprint later stages depend on.
 fn demos_stage(
@@ -723,7 +751,11 @@ fn demos_stage(
                 configured.display(),
                 ds.len()
             )?;
-            return Ok((configured.clone(), None, json!({"dataset": configured})));
+            // Its content, so a dataset rewritten in place retrains what learned from it.
+            let content = content_hash(configured)
+                .with_context(|| format!("hashing the dataset {}", configured.display()))?;
+            let fingerprint = json!({"dataset": configured, "content": content});
+            return Ok((configured.clone(), None, fingerprint));
         }
         if configured != Path::new(SHIPPED_DATASET) {
             bail!(

@@ -155,6 +155,38 @@ fn every_stage_then_reuse_then_config_changes() {
     );
 }
 
+/// Fingerprints follow what a stage reads: GRPO shaped by the run's own progress model is
+/// redone when the reward stage retrains that model, though GRPO's settings did not change.
+#[test]
+fn retraining_the_reward_model_redoes_the_grpo_stage_that_reads_it() {
+    let d = tempfile::tempdir().unwrap();
+    let run = d.path().join("run");
+    let out = run.display().to_string();
+    let shaping = format!(
+        "[reward.shaping]\nmodel = \"{}\"\n",
+        run.join("reward/progress")
+            .display()
+            .to_string()
+            .replace('\\', "\\\\")
+    );
+    let cfg = config(d.path(), &shaping);
+    diffrl(&["run", &cfg, "--out", &out, "--rerun", "off"]).unwrap();
+    let again = diffrl(&["run", &cfg, "--out", &out, "--rerun", "off"]).unwrap();
+    assert!(again.contains("[4/5] grpo: reusing"), "{again}");
+
+    // Only the reward model's training changes.
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "[reward.progress]\nsteps = 20\n",
+        "[reward.progress]\nsteps = 25\n",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let log = diffrl(&["run", &cfg, "--out", &out, "--resume", "--rerun", "off"]).unwrap();
+    assert!(log.contains("[2/5] pretrain: reusing"), "{log}");
+    assert!(!log.contains("[3/5] reward: reusing"), "{log}");
+    assert!(!log.contains("[4/5] grpo: reusing"), "{log}");
+    assert!(!log.contains("[5/5] eval: reusing"), "{log}");
+}
+
 #[test]
 fn folders_that_are_not_runs_are_refused() {
     let d = tempfile::tempdir().unwrap();

@@ -51,6 +51,47 @@ pub fn write_atomic_with<E: From<std::io::Error>>(
     Ok(())
 }
 
+/// A SHA-256 over every file under `dir`: relative paths (sorted, `/`-separated), sizes and
+/// bytes. Two folders with the same files hash the same wherever they are; a retrained model
+/// or a changed dataset hashes differently. Temp files of [`write_atomic`] in flight (names
+/// starting with `.tmp`) are skipped. Hex-encoded.
+pub fn content_hash(dir: &Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut files = Vec::new();
+    collect_files(dir, String::new(), &mut files)?;
+    files.sort();
+    let mut h = Sha256::new();
+    for rel in files {
+        let bytes = std::fs::read(dir.join(&rel))?;
+        h.update((rel.len() as u64).to_le_bytes());
+        h.update(rel.as_bytes());
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn collect_files(dir: &Path, prefix: String, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir.join(&prefix))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp") {
+            continue;
+        }
+        let rel = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
+        if entry.file_type()?.is_dir() {
+            collect_files(dir, rel, out)?;
+        } else {
+            out.push(rel);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +118,28 @@ mod tests {
             1,
             "temp file removed"
         );
+    }
+
+    #[test]
+    fn content_hash_follows_the_files_not_the_folder() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for d in [a.path(), b.path()] {
+            std::fs::create_dir_all(d.join("sub")).unwrap();
+            std::fs::write(d.join("model.json"), b"{}").unwrap();
+            std::fs::write(d.join("sub/weights.bin"), [1u8, 2, 3]).unwrap();
+        }
+        let ha = content_hash(a.path()).unwrap();
+        assert_eq!(ha.len(), 64);
+        assert_eq!(ha, content_hash(b.path()).unwrap());
+        // A temp file in flight is not content.
+        std::fs::write(b.path().join(".tmpXYZ"), b"partial").unwrap();
+        assert_eq!(ha, content_hash(b.path()).unwrap());
+        std::fs::write(b.path().join("sub/weights.bin"), [1u8, 2, 4]).unwrap();
+        assert_ne!(ha, content_hash(b.path()).unwrap());
+        // Moving bytes between files changes the hash too.
+        std::fs::write(b.path().join("sub/weights.bin"), [1u8, 2, 3]).unwrap();
+        std::fs::rename(b.path().join("model.json"), b.path().join("other.json")).unwrap();
+        assert_ne!(ha, content_hash(b.path()).unwrap());
+        assert!(content_hash(&a.path().join("missing")).is_err());
     }
 }
