@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): formatting, lints, and every test.
-# Slow learning experiments are #[ignore]d and run by their own tools/ scripts instead.
+# Tests use tiny configs; learning experiments are tools/*_experiment.sh scripts, not tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/target_dir.sh

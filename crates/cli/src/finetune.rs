@@ -110,15 +110,24 @@ impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
                 ],
             );
         }
-        self.pb.set_position(l.iteration as u64);
-        self.pb.set_message(format!(
+        let msg = format!(
             "success {:.0}% reward {:.3} kl {:.1e} clip {:.2} | {:.0} env steps/s",
             100.0 * l.success_rate,
             l.reward_mean,
             l.approx_kl,
             l.clip_frac,
             l.collect_steps_per_s
-        ));
+        );
+        if self.pb.is_hidden() {
+            // No terminal (a log file, a batch job, a test reading the pipe): one line per
+            // iteration instead of the bar. Printed before the iteration's checkpoint.
+            eprintln!(
+                "{}: iteration {}/{} {msg}",
+                self.stage, l.iteration, self.cfg.grpo.iterations
+            );
+        }
+        self.pb.set_position(l.iteration as u64);
+        self.pb.set_message(msg);
         append_metrics(
             &self.metrics,
             &serde_json::json!({"stage": self.stage, "train": l}),

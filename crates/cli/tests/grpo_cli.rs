@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 mod common;
 use common::*;
@@ -72,19 +71,20 @@ fn killed_with_sigkill_and_resumed_equals_uninterrupted() {
         let mut child = bin()
             .args([&[algo, "--out", &sb], &common[..]].concat())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let state = b.join("train_state/state.json");
-        let t0 = Instant::now();
-        while iteration(&state).unwrap_or(0) < 3 && t0.elapsed() < Duration::from_secs(120) {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        // Iteration 5's line is printed before its checkpoint, after iteration 4's.
+        let rest = wait_for_line(child.stderr.take().unwrap(), |l| {
+            l.contains(": iteration 5/30 ")
+        });
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
+        drop(rest);
+        let state = b.join("train_state/state.json");
         let at = iteration(&state).expect("a checkpoint was written before the kill");
         assert!(
-            (3..30).contains(&at),
+            (4..30).contains(&at),
             "{algo}: killed at iteration {at}, expected mid-run"
         );
         // Without --resume the folder is protected; with it the run continues.

@@ -5,9 +5,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use diffrl_viz::read::{RecordingSummary, read_rrd};
+
+mod common;
+use common::wait_for_line;
 
 fn run(args: &[&str], path_env: Option<&Path>) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_diffrl"));
@@ -374,23 +376,21 @@ fn ctrl_c_finishes_the_recording() {
             &format!("save={}", s(&rrd)),
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let metrics = d.path().join("grpo/metrics.jsonl");
-    let t0 = Instant::now();
-    while std::fs::read_to_string(&metrics).map_or(0, |m| m.lines().count()) < 3
-        && t0.elapsed() < Duration::from_secs(120)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Three iterations logged (to the recording too) before Ctrl-C.
+    let rest = wait_for_line(child.stderr.take().unwrap(), |l| {
+        l.contains(": iteration 3/")
+    });
     let killed = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
+    let err: Vec<String> = rest.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert_eq!(status.code(), Some(130), "{status:?}: {}", err.join("\n"));
     let sum = read_rrd(&rrd).unwrap();
     assert!(sum.footer, "Ctrl-C wrote the footer");
     assert!(

@@ -235,7 +235,6 @@ fn folders_that_are_not_runs_are_refused() {
 #[test]
 fn ctrl_c_then_rerun_resumes_to_the_uninterrupted_result() {
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
     let d = tempfile::tempdir().unwrap();
     let cfg = config(d.path(), "");
     let text = std::fs::read_to_string(&cfg)
@@ -253,7 +252,7 @@ fn ctrl_c_then_rerun_resumes_to_the_uninterrupted_result() {
     ])
     .unwrap();
 
-    let child = bin()
+    let mut child = bin()
         .args(["run", &cfg, "--out", &b.display().to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -267,22 +266,23 @@ fn ctrl_c_then_rerun_resumes_to_the_uninterrupted_result() {
             .and_then(|v| v["iteration"].as_u64())
             .unwrap_or(0)
     };
-    let t0 = Instant::now();
-    while iteration() < 3 && t0.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    // Iteration 5's line is printed before its checkpoint, after iteration 4's.
+    let rest = wait_for_line(child.stderr.take().unwrap(), |l| {
+        l.contains("grpo: iteration 5/40 ")
+    });
     let sent = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(sent.success());
-    let res = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&res.stderr);
-    assert_eq!(res.status.code(), Some(130), "{err}");
+    let err: Vec<String> = rest.map_while(Result::ok).collect();
+    let err = err.join("\n");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
     assert!(err.contains("interrupted"), "{err}");
     let at = iteration();
     assert!(
-        (3..40).contains(&at),
+        (4..40).contains(&at),
         "interrupted at iteration {at}, expected mid-run"
     );
     let rrd = diffrl_viz::read::read_rrd(&b.join("recording.rrd")).unwrap();

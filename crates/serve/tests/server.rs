@@ -17,7 +17,7 @@ use diffrl_serve::{
 };
 use rmpv::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// A small diffusion policy: To 2, Ds 3, Tp 4, Ta 2, Da 2, K = 3.
@@ -57,22 +57,69 @@ fn tiny_policy() -> Policy<CpuBackend> {
     Policy::new(config, spec, norm, 3, &Default::default()).unwrap()
 }
 
-/// Wraps a model and sleeps in every call, to keep requests in flight.
-struct Slow<M> {
+/// Wraps a model so the test decides when each call runs: a call announces itself on
+/// `entered`, then waits for a token on `release` (no sleeps, no timing windows).
+struct Gated<M> {
     inner: M,
-    delay: Duration,
     calls: Arc<AtomicUsize>,
+    entered: mpsc::UnboundedSender<()>,
+    release: mpsc::UnboundedReceiver<()>,
 }
 
-impl<M: ActionModel> ActionModel for Slow<M> {
+impl<M: ActionModel> ActionModel for Gated<M> {
     fn spec(&self) -> &ModelSpec {
         self.inner.spec()
     }
     fn infer(&mut self, obs: &ObsBatch, rngs: &mut [Rng]) -> Result<Vec<f32>, String> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        std::thread::sleep(self.delay);
+        let _ = self.entered.send(());
+        // The inference thread is a plain thread: block until the test lets the call finish.
+        self.release
+            .blocking_recv()
+            .ok_or("the test dropped the gate")?;
         self.inner.infer(obs, rngs)
     }
+}
+
+/// The gate's test side: when a call has entered the model, and letting one finish.
+struct Gate {
+    calls: Arc<AtomicUsize>,
+    entered: mpsc::UnboundedReceiver<()>,
+    release: mpsc::UnboundedSender<()>,
+}
+
+impl Gate {
+    /// Waits until a call is inside the model.
+    async fn entered(&mut self) {
+        self.entered.recv().await.expect("the model is alive");
+    }
+    /// Lets the call inside the model finish.
+    fn release(&self) {
+        self.release.send(()).expect("the model is alive");
+    }
+    /// Waits for the next call and lets it finish.
+    async fn pass_one(&mut self) {
+        self.entered().await;
+        self.release();
+    }
+}
+
+fn gated<M: ActionModel>(inner: M) -> (Gated<M>, Gate) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (entered_tx, entered_rx) = mpsc::unbounded_channel();
+    let (release_tx, release_rx) = mpsc::unbounded_channel();
+    let model = Gated {
+        inner,
+        calls: calls.clone(),
+        entered: entered_tx,
+        release: release_rx,
+    };
+    let gate = Gate {
+        calls,
+        entered: entered_rx,
+        release: release_tx,
+    };
+    (model, gate)
 }
 
 fn runner(mode: SampleMode) -> PolicyRunner<CpuBackend> {
@@ -285,12 +332,7 @@ async fn bad_requests_get_text_frames_and_the_connection_lives_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_vanishes_mid_request_does_not_disturb_the_others() {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let model = Slow {
-        inner: runner(SampleMode::Deterministic),
-        delay: Duration::from_millis(150),
-        calls: calls.clone(),
-    };
+    let (model, mut gate) = gated(runner(SampleMode::Deterministic));
     let server = start(ServerConfig::default(), Box::new(model)).await;
     let obs = Observation {
         state: state(2, 0),
@@ -298,20 +340,28 @@ async fn a_client_that_vanishes_mid_request_does_not_disturb_the_others() {
         ..Observation::default()
     };
     let mut stayer = Client::connect(&server.url, None).await.unwrap();
-    let first = stayer.infer(&obs).await.unwrap();
+    let (first, ()) = tokio::join!(stayer.infer(&obs), gate.pass_one());
+    let first = first.unwrap();
     for _ in 0..3 {
         let mut leaver = Client::connect(&server.url, None).await.unwrap();
         let mine = obs.clone();
-        // Send, then drop the connection while the policy is busy with it.
         let pending = tokio::spawn(async move { leaver.infer(&mine).await });
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        // The policy is busy with the leaver's request: drop its connection now.
+        gate.entered().await;
         pending.abort();
-        let again = stayer.infer(&obs).await.unwrap();
-        assert_eq!(again.shape, first.shape);
+        assert!(pending.await.unwrap_err().is_cancelled());
+        gate.release();
+        let (again, ()) = tokio::join!(stayer.infer(&obs), gate.pass_one());
+        assert_eq!(again.unwrap().shape, first.shape);
     }
     let stats = server.stop().await;
     assert_eq!(stats.refused, 0);
-    assert!(stats.answered >= 4);
+    assert_eq!(
+        gate.calls.load(Ordering::SeqCst),
+        7,
+        "every request ran once"
+    );
+    assert!(stats.answered >= 4, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -362,21 +412,25 @@ async fn api_keys_healthz_and_plain_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_in_flight_requests_and_a_full_queue_only_slows_clients() {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let model = Slow {
-        inner: runner(SampleMode::Deterministic),
-        delay: Duration::from_millis(20),
-        calls: calls.clone(),
-    };
+    let (model, mut gate) = gated(runner(SampleMode::Deterministic));
     let cfg = ServerConfig {
+        port: 0,
         queue: 1,
         max_batch: 1,
         ..ServerConfig::default()
     };
-    let server = start(cfg, Box::new(model)).await;
+    let server = Server::bind(cfg, Box::new(model)).await.unwrap();
+    let url = format!("ws://{}", server.local_addr().unwrap());
+    // The shutdown future tells the test when the server has stopped accepting.
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (stopping_tx, stopping_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.run(async move {
+        let _ = stop_rx.await;
+        let _ = stopping_tx.send(());
+    }));
     let mut tasks = Vec::new();
     for c in 0..8 {
-        let url = server.url.clone();
+        let url = url.clone();
         tasks.push(tokio::spawn(async move {
             let mut client = Client::connect(&url, None).await.unwrap();
             let obs = Observation {
@@ -387,9 +441,16 @@ async fn shutdown_finishes_in_flight_requests_and_a_full_queue_only_slows_client
             client.infer(&obs).await
         }));
     }
-    // Stop while most of the 8 requests are still queued behind a queue of one.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let stats = server.stop().await;
+    // Behind a queue of one, requests wait their turn; none is refused.
+    for _ in 0..7 {
+        gate.pass_one().await;
+    }
+    // The last request is inside the policy when the server is told to stop.
+    gate.entered().await;
+    stop_tx.send(()).unwrap();
+    stopping_rx.await.unwrap();
+    gate.release();
+    let stats = task.await.unwrap().unwrap();
     for t in tasks {
         assert!(
             t.await.unwrap().is_ok(),
@@ -397,8 +458,9 @@ async fn shutdown_finishes_in_flight_requests_and_a_full_queue_only_slows_client
         );
     }
     assert_eq!(stats.answered, 8);
+    assert_eq!(stats.refused, 0);
     assert_eq!(
-        calls.load(Ordering::SeqCst),
+        gate.calls.load(Ordering::SeqCst),
         8,
         "no batching with max_batch = 1"
     );

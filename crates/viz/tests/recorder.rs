@@ -1,7 +1,7 @@
 //! The Rerun recorder against Rerun itself: what lands in a memory sink and in an .rrd file,
 //! and that a missing or vanishing viewer neither blocks nor fails the caller.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diffrl_core::ImageObs;
 use diffrl_core::record::{
@@ -258,15 +258,34 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Logs as a training loop would for `secs` seconds; returns the iterations done.
-fn log_for(rec: &dyn Recorder, secs: f64) -> usize {
-    let t0 = Instant::now();
-    let mut i = 0;
-    while t0.elapsed().as_secs_f64() < secs {
-        log_everything(rec);
-        i += 1;
-    }
-    i
+/// Far longer than any unblocked logging or shutdown here takes, even on a loaded CI machine:
+/// a deadlock guard that turns a blocked recorder into a failure instead of a hung test, not a
+/// speed requirement.
+const HANG: Duration = Duration::from_secs(120);
+
+/// Logs `n` iterations as a training loop would, on another thread; hands the recorder back.
+/// Panics if the logging never finishes.
+fn log_n(rec: RerunRecorder, n: usize) -> RerunRecorder {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for _ in 0..n {
+            log_everything(&rec);
+        }
+        let _ = tx.send(rec);
+    });
+    rx.recv_timeout(HANG)
+        .unwrap_or_else(|_| panic!("logging {n} iterations blocked"))
+}
+
+/// Drops the recorder (flushes, closes the stream) on another thread; panics if that hangs.
+fn shut_down(rec: RerunRecorder) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(rec);
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(HANG)
+        .expect("shutting the recorder down hung");
 }
 
 #[test]
@@ -280,15 +299,8 @@ fn no_viewer_listening_never_blocks() {
     .unwrap()
     .unwrap();
     // Far more messages than Rerun's client queues (100) while it keeps trying to connect.
-    let n = log_for(&rec, 4.0);
-    assert!(n > 50, "only {n} iterations in 4 s: logging blocked");
-    let t0 = Instant::now();
-    drop(rec);
-    assert!(
-        t0.elapsed() < Duration::from_secs(15),
-        "shutting down took {:?}",
-        t0.elapsed()
-    );
+    let rec = log_n(rec, 500);
+    shut_down(rec);
 }
 
 /// A TCP relay standing in for a viewer's network path: `kill` closes every connection and
@@ -297,6 +309,8 @@ struct Relay {
     port: u16,
     conns: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// One message per connection relayed.
+    connected: std::sync::mpsc::Receiver<()>,
 }
 
 impl Relay {
@@ -307,6 +321,7 @@ impl Relay {
         let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (c, st) = (conns.clone(), stop.clone());
+        let (connected_tx, connected) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for down in listener.incoming() {
                 if st.load(Ordering::SeqCst) {
@@ -317,6 +332,7 @@ impl Relay {
                 let mut list = c.lock().unwrap();
                 list.push(down.try_clone().unwrap());
                 list.push(up.try_clone().unwrap());
+                let _ = connected_tx.send(());
                 for (mut from, mut to) in [
                     (down.try_clone().unwrap(), up.try_clone().unwrap()),
                     (up, down),
@@ -328,7 +344,12 @@ impl Relay {
                 }
             }
         });
-        Self { port, conns, stop }
+        Self {
+            port,
+            conns,
+            stop,
+            connected,
+        }
     }
 
     fn kill(&self) {
@@ -361,15 +382,12 @@ fn a_viewer_that_goes_away_does_not_stop_the_caller() {
     )
     .unwrap()
     .unwrap();
-    assert!(log_for(&rec, 1.0) > 10);
-    assert!(
-        !relay.conns.lock().unwrap().is_empty(),
-        "the recorder connected to the viewer"
-    );
+    let rec = log_n(rec, 10);
+    relay
+        .connected
+        .recv_timeout(HANG)
+        .expect("the recorder connected to the viewer");
     relay.kill();
-    let n = log_for(&rec, 3.0);
-    assert!(n > 50, "only {n} iterations in 3 s after the viewer left");
-    let t0 = Instant::now();
-    drop(rec);
-    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    let rec = log_n(rec, 500);
+    shut_down(rec);
 }

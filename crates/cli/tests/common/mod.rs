@@ -29,3 +29,26 @@ pub fn shipped() -> String {
         .display()
         .to_string()
 }
+
+/// Reads the child's stderr line by line until `line` matches (each line is an event from the
+/// process, no polling), then returns the reader so the rest can be drained. Panics with what
+/// was read if the stream ends first.
+pub fn wait_for_line(
+    stderr: std::process::ChildStderr,
+    pred: impl Fn(&str) -> bool,
+) -> std::io::Lines<std::io::BufReader<std::process::ChildStderr>> {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("reading the child's stderr");
+        if pred(&line) {
+            return lines;
+        }
+        seen.push(line);
+    }
+    panic!(
+        "the process ended before the awaited line:\n{}",
+        seen.join("\n")
+    );
+}
