@@ -452,7 +452,12 @@ pub fn load_default(task: &str) -> Result<(RunConfig, String), ConfigError> {
 /// The run config of a command that names its task (`diffrl sim TASK --config C`): `path`,
 /// which must be for `task`, or the task's default config.
 pub fn load_for(task: &str, path: Option<&Path>) -> anyhow::Result<(RunConfig, String)> {
-    tasks::get(task).map_err(anyhow::Error::msg)?;
+    if tasks::get(task).is_err() {
+        anyhow::bail!(
+            "unknown simulator {task:?}; available: {}",
+            tasks::names().join(", ")
+        );
+    }
     let Some(p) = path else {
         return Ok(load_default(task)?);
     };

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::env::{Env, StepResult};
 use crate::error::EnvError;
-use crate::scene::Scene2d;
+use crate::scene::Scene;
 use crate::space::{BoxSpace, Observation, ObservationSpace};
 use crate::task::{Expert, TaskEnv};
 
@@ -29,7 +29,7 @@ trait ErasedEnv: Send {
     fn restore(&mut self, snapshot: &DynSnapshot) -> Observation;
     fn observe(&mut self) -> Observation;
     fn elapsed_steps(&self) -> usize;
-    fn scene(&self) -> Option<Scene2d>;
+    fn scene(&self) -> Option<Scene>;
     fn true_state(&self) -> Vec<f64>;
     fn reset_to_state(&mut self, state: &[f64], seed: u64) -> Result<Observation, EnvError>;
     fn describe_step(&self, action: &[f32], result: &StepResult) -> String;
@@ -68,7 +68,7 @@ impl<E: TaskEnv> ErasedEnv for E {
     fn elapsed_steps(&self) -> usize {
         Env::elapsed_steps(self)
     }
-    fn scene(&self) -> Option<Scene2d> {
+    fn scene(&self) -> Option<Scene> {
         Env::scene(self)
     }
     fn true_state(&self) -> Vec<f64> {
@@ -134,7 +134,7 @@ impl Env for DynEnv {
     fn elapsed_steps(&self) -> usize {
         self.0.elapsed_steps()
     }
-    fn scene(&self) -> Option<Scene2d> {
+    fn scene(&self) -> Option<Scene> {
         self.0.scene()
     }
 }

@@ -16,7 +16,8 @@
 //! - [`lerobot`]: LeRobot v3.0 dataset folders (write and read).
 //! - [`seeding`]: deterministic seed derivation.
 //! - [`fs`]: atomic file writes (temp file + rename).
-//! - [`scene`]: 2-D drawing primitives a simulator hands to a recorder ([`scene::Scene2d`]).
+//! - [`scene`]: what a simulator hands to a recorder to be drawn ([`scene::Scene`]): 2-D shapes,
+//!   3-D bodies with transforms, camera images.
 //! - [`record`]: the [`record::Recorder`] trait (viewer logging) and its no-op.
 #![warn(missing_docs)]
 

@@ -153,7 +153,7 @@ impl TaskEnv for PushT {
     fn reset_to_state(&mut self, state: &[f64], seed: u64) -> Result<Observation, EnvError> {
         let s: [f64; 5] = state.try_into().map_err(|_| {
             EnvError::InvalidState(format!(
-                "needs 5 numbers ax,ay,bx,by,angle, got {}",
+                "needs 5 comma-separated numbers ax,ay,bx,by,angle, got {}",
                 state.len()
             ))
         })?;
