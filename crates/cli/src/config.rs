@@ -86,6 +86,8 @@ struct Header {
     task: String,
     #[serde(default)]
     run: toml::Table,
+    #[serde(default)]
+    demos: toml::Table,
 }
 
 impl Validate for Header {
@@ -262,6 +264,7 @@ pub struct DemosSection {
     /// own action, so the data covers states just off the expert's path (0 = off).
     pub noise_px: f64,
     /// A LeRobot dataset folder to train on instead of recording demos (empty = record).
+    /// Default: the shipped Push-T dataset for the default task, none for other tasks.
     pub dataset: PathBuf,
 }
 
@@ -394,12 +397,17 @@ pub fn parse(text: &str, origin: &Path) -> Result<RunConfig, ConfigError> {
     if !header.run.contains_key("name") {
         run.name = s.task.clone();
     }
+    // The shipped dataset is the default task's: other tasks record their demonstrations.
+    let mut demos = s.demos;
+    if s.task != tasks::DEFAULT_TASK && !header.demos.contains_key("dataset") {
+        demos.dataset = PathBuf::new();
+    }
     let cfg = RunConfig {
         task: s.task,
         run,
         env,
         expert,
-        demos: s.demos,
+        demos,
         policy: s.policy,
         pretrain: s.pretrain,
         dagger: s.dagger,

@@ -295,7 +295,7 @@ pub fn train_progress(
         })?;
         render_images(cfg.env.task(), &mut episodes, size)?;
     }
-    let stages = cfg.env.task().stages();
+    let stages = cfg.env.stages();
     writeln!(
         out,
         "reward: progress model on {} ({} episodes, every {}th held out), {:?} labels, {} steps{}",

@@ -31,8 +31,6 @@ pub trait DynTask: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// [`Task::dataset`].
     fn dataset(&self) -> DatasetInfo;
-    /// [`Task::stages`].
-    fn stages(&self) -> Option<Box<dyn StagePredicates>>;
     /// [`Task::render_state`].
     fn render_state(&self, state: &[f32], size: u32) -> Result<Vec<u8>, String>;
     /// [`Task::randomization_key`].
@@ -64,6 +62,8 @@ pub trait DynTask: Send + Sync + 'static {
     fn observe_recorded(&self, env: &EnvSection, state: &[f32]) -> Result<Vec<f32>, String>;
     /// [`Task::image_size`].
     fn image_size(&self, env: &EnvSection) -> Option<u32>;
+    /// [`Task::stages`].
+    fn stages(&self, env: &EnvSection) -> Option<Box<dyn StagePredicates>>;
     /// [`Task::unobserved`].
     fn unobserved(&self, env: &EnvSection, fields: &[String]) -> Option<String>;
     /// [`Task::expert`] of `expert` (a section of this task).
@@ -122,9 +122,6 @@ impl<T: Task> DynTask for T {
     fn dataset(&self) -> DatasetInfo {
         Task::dataset(self)
     }
-    fn stages(&self) -> Option<Box<dyn StagePredicates>> {
-        Task::stages(self)
-    }
     fn render_state(&self, state: &[f32], size: u32) -> Result<Vec<u8>, String> {
         Task::render_state(self, state, size)
     }
@@ -167,6 +164,9 @@ impl<T: Task> DynTask for T {
     }
     fn image_size(&self, env: &EnvSection) -> Option<u32> {
         Task::image_size(self, typed(&env.config, Task::name(self)))
+    }
+    fn stages(&self, env: &EnvSection) -> Option<Box<dyn StagePredicates>> {
+        Task::stages(self, typed(&env.config, Task::name(self)))
     }
     fn unobserved(&self, env: &EnvSection, fields: &[String]) -> Option<String> {
         Task::unobserved(self, typed(&env.config, Task::name(self)), fields)
@@ -259,6 +259,11 @@ impl EnvSection {
     /// Side of the images the task draws ([`Task::image_size`]).
     pub fn image_size(&self) -> Option<u32> {
         self.task.image_size(self)
+    }
+
+    /// The stage predicates of this environment ([`Task::stages`]).
+    pub fn stages(&self) -> Option<Box<dyn StagePredicates>> {
+        self.task.stages(self)
     }
 
     /// These settings with `patch` laid over their table ([`merge_tables`]), checked by the

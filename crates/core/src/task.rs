@@ -138,8 +138,10 @@ pub trait Task: Send + Sync + 'static {
         let _ = config;
         "none".into()
     }
-    /// Ordered subtasks for stage-budget progress labels (docs/algorithms.md §4).
-    fn stages(&self) -> Option<Box<dyn StagePredicates>> {
+    /// Ordered subtasks of an environment of `config`, for stage-budget progress labels
+    /// (docs/algorithms.md §4), judged from recorded states or observations.
+    fn stages(&self, config: &Self::Config) -> Option<Box<dyn StagePredicates>> {
+        let _ = config;
         None
     }
     /// An RGB image (`size` x `size`, row-major) of a recorded state or observation, for image

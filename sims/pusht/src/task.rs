@@ -117,7 +117,7 @@ impl Task for PushTTask {
         format!("{:?}", config.kind)
     }
 
-    fn stages(&self) -> Option<Box<dyn StagePredicates>> {
+    fn stages(&self, _config: &PushTConfig) -> Option<Box<dyn StagePredicates>> {
         Some(Box::new(PushTStages::default()))
     }
 
