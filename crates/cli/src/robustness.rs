@@ -259,6 +259,9 @@ pub struct RobustnessTable {
     pub config: Option<PathBuf>,
     /// What the policy observes ([env], in the task's word).
     pub obs: String,
+    /// The table the settings patch (`env.randomize`), for the report.
+    #[serde(skip)]
+    pub randomization: String,
     /// Episodes per setting.
     pub episodes: usize,
     /// Root seed shared by every setting.
@@ -333,16 +336,21 @@ impl RobustnessTable {
     /// The section body shared by `robustness.md` and `report.md`: settings, table, skips.
     pub fn markdown_body(&self) -> String {
         let config = self.config.as_ref().map_or_else(
-            || "the embedded `configs/pusht.toml`".to_string(),
+            || {
+                let origin = crate::tasks::default_config(crate::tasks::DEFAULT_TASK)
+                    .map_or("default config", |c| c.origin);
+                format!("the embedded `{origin}`")
+            },
             |p| format!("`{}`", p.display()),
         );
         let mut s = format!(
-            "Policy `{}` under the settings of `{}` around the nominal `[env.randomize]` of \
+            "Policy `{}` under the settings of `{}` around the nominal `[{}]` of \
              {config}: {} episodes per setting, root seed {}, {} environments, {} chains. Every \
              setting starts from the same states. Success with Wilson 95% intervals; Δ in \
              percentage points of success and in mean max score. Wall time {:.0} s.\n\n",
             self.policy.display(),
             self.sweep.display(),
+            self.randomization,
             self.episodes,
             self.seed,
             self.envs,
@@ -533,6 +541,7 @@ pub fn robustness_cmd(
         sweep: sweep_path.to_path_buf(),
         config: args.config.clone(),
         obs,
+        randomization: format!("env.{}", cfg.env.task().randomization_key().unwrap_or("")),
         episodes,
         seed,
         envs: cfg.eval.envs.min(episodes),
@@ -801,6 +810,7 @@ mod tests {
             sweep: "s.toml".into(),
             config: None,
             obs: "state".into(),
+            randomization: "env.randomize".into(),
             episodes: 10,
             seed: 1,
             envs: 2,
