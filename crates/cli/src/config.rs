@@ -53,10 +53,10 @@ struct SharedSections {
     task: String,
     #[serde(default)]
     run: RunSection,
-    #[serde(default)]
-    env: IgnoredAny,
-    #[serde(default)]
-    expert: IgnoredAny,
+    #[serde(default, rename = "env")]
+    _env: IgnoredAny,
+    #[serde(default, rename = "expert")]
+    _expert: IgnoredAny,
     #[serde(default)]
     demos: DemosSection,
     #[serde(default)]
@@ -415,7 +415,6 @@ pub fn parse(text: &str, origin: &Path) -> Result<RunConfig, ConfigError> {
         grpo: s.grpo,
         reward: s.reward,
     };
-    let _ = (s.env, s.expert);
     cfg.validate().map_err(|i| ConfigError::Invalid {
         path: origin.to_path_buf(),
         field: i.field,
