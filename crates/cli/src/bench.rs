@@ -1,4 +1,4 @@
-//! `diffrl bench pusht`: environment steps per second on one thread, for side-by-side
+//! `diffrl bench TASK`: environment steps per second on one thread, for side-by-side
 //! comparison with gym-pusht (tools/bench_pusht.sh runs both with the same workloads).
 
 use std::io::Write;
@@ -8,26 +8,28 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use diffrl_core::Env;
 use diffrl_core::seeding;
-use diffrl_pusht::{ObsMode, PushT};
 use rand::Rng;
 
 /// Which actions drive the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Workload {
-    /// Uniform random targets in [0, 512]^2 (gym's random policy; little contact).
+    /// Uniform random actions in the action space (Push-T: targets in [0, 512]^2, gym's random
+    /// policy; little contact).
     Random,
-    /// Targets at the block position plus uniform noise of +-20 px (constant pushing).
+    /// The task's scripted workload (Push-T: targets at the block position plus uniform noise
+    /// of +-20 px, constant pushing).
     Push,
 }
 
-/// Arguments of `diffrl bench pusht`.
+/// Arguments of `diffrl bench TASK`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Simulator (only `pusht`).
+    /// A task (`pusht`: its default [env] settings), `policy` or `serve`.
     pub task: String,
-    /// Observation mode: state, keypoints or pixels.
-    #[arg(long, default_value = "state")]
-    pub obs: ObsMode,
+    /// Observation mode: sets [env].obs (Push-T: state, keypoints or pixels; default: the
+    /// task's default, keypoints for Push-T).
+    #[arg(long)]
+    pub obs: Option<String>,
     /// Action workload.
     #[arg(long, value_enum, default_value_t = Workload::Random)]
     pub workload: Workload,
@@ -82,28 +84,40 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         };
         return crate::serve::bench_serve(&load, out);
     }
-    anyhow::ensure!(
-        args.task == "pusht",
-        "unknown benchmark {:?}; available: pusht, policy, serve",
-        args.task
-    );
+    let task = crate::tasks::get(&args.task).map_err(|_| {
+        anyhow::anyhow!(
+            "unknown benchmark {:?}; available: {}, policy, serve",
+            args.task,
+            crate::tasks::names().join(", ")
+        )
+    })?;
     anyhow::ensure!(args.steps >= 1, "--steps must be at least 1");
-    let mut env = PushT::builder().obs(args.obs).build();
+    let mut env_cfg = task.default_env();
+    if let Some(obs) = &args.obs {
+        let mut patch = toml::Table::new();
+        patch.insert("obs".into(), toml::Value::String(obs.clone()));
+        env_cfg = env_cfg
+            .patched(&patch)
+            .map_err(|i| anyhow::anyhow!("--obs {obs}: {}", i.message))?;
+    }
+    let mut env = env_cfg.build();
+    let space = env.action_space();
     let mut rng = seeding::rng(args.seed);
     let mut episode = 0;
     env.reset(seeding::derive(args.seed, episode));
     let (mut successes, mut resets) = (0usize, 0usize);
     let start = Instant::now();
     for _ in 0..args.steps {
-        let a = match args.workload {
-            Workload::Random => [rng.random_range(0.0..512.0), rng.random_range(0.0..512.0)],
-            Workload::Push => {
-                let b = env.block_pose();
-                [
-                    (b.x + rng.random_range(-20.0..20.0)) as f32,
-                    (b.y + rng.random_range(-20.0..20.0)) as f32,
-                ]
-            }
+        let a: Vec<f32> = match args.workload {
+            Workload::Random => space
+                .low
+                .iter()
+                .zip(&space.high)
+                .map(|(&lo, &hi)| rng.random_range(lo..hi))
+                .collect(),
+            Workload::Push => task
+                .scripted_action(&env, &mut rng)
+                .with_context(|| format!("task {} has no scripted (push) workload", task.name()))?,
         };
         let r = env.step(&a)?;
         if r.terminated || r.truncated {
@@ -114,7 +128,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let obs = format!("{:?}", args.obs).to_lowercase();
+    let obs = env_cfg.observation();
     let workload = format!("{:?}", args.workload).to_lowercase();
     writeln!(
         out,

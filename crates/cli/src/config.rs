@@ -1,57 +1,99 @@
-//! The run configuration (`configs/pusht.toml`, embedded as the default).
+//! The run configuration (`configs/pusht.toml`, embedded as the default). `task = "NAME"` is
+//! the tag that selects which task (crates/cli/src/tasks.rs) reads the `[env]` and `[expert]`
+//! tables; every other table is the same for all tasks.
 
 use std::path::{Path, PathBuf};
 
 use diffrl_core::ConfigError;
 use diffrl_core::config::{self, Invalid, Validate, ensure};
+use diffrl_core::dyn_task::{EnvSection, ExpertSection};
 use diffrl_core::reward::Outcome;
 use diffrl_learn::bc::BcConfig;
 use diffrl_learn::grpo::GrpoConfig;
 use diffrl_policy::PolicyConfig;
-use diffrl_pusht::{ExpertConfig, PushTConfig};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
-/// The embedded default config.
-pub const DEFAULT_CONFIG: &str = include_str!("../../../configs/pusht.toml");
+use crate::tasks;
 
 /// A whole run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunConfig {
-    /// Simulator: only "pusht" so far.
-    #[serde(default = "default_task")]
+    /// The task (crates/cli/src/tasks.rs lists them); it reads `[env]` and `[expert]`.
     pub task: String,
     /// Run folder, seed, threads.
-    #[serde(default)]
     pub run: RunSection,
-    /// Environment settings (a config without an [env] table gets the main job's: keypoint
-    /// observations; inside an [env] table an omitted `obs` is the simulator's "state").
-    #[serde(default = "run_env")]
-    pub env: PushTConfig,
-    /// Expert settings.
-    #[serde(default)]
-    pub expert: ExpertConfig,
+    /// Environment settings: the task's `[env]` table (an omitted table or key means the
+    /// task's default, the same either way).
+    pub env: EnvSection,
+    /// Expert settings: the task's `[expert]` table.
+    pub expert: ExpertSection,
     /// Demonstration settings.
-    #[serde(default)]
     pub demos: DemosSection,
     /// Policy architecture and diffusion settings.
-    #[serde(default)]
     pub policy: PolicyConfig,
     /// Behaviour cloning.
-    #[serde(default)]
     pub pretrain: BcConfig,
     /// DAgger rounds after behaviour cloning.
-    #[serde(default)]
     pub dagger: DaggerSection,
     /// Evaluation episodes.
-    #[serde(default)]
     pub eval: EvalSection,
     /// Fine-tuning with GRPO (and the PPO baseline, which reads the same table).
-    #[serde(default)]
     pub grpo: GrpoConfig,
     /// The rewards fine-tuning optimises.
-    #[serde(default)]
     pub reward: RewardSection,
+}
+
+/// The tables every task shares, as a config file holds them (`[env]` and `[expert]` are read
+/// by the task, [`parse`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SharedSections {
+    #[serde(default = "default_task")]
+    task: String,
+    #[serde(default)]
+    run: RunSection,
+    #[serde(default, rename = "env")]
+    _env: IgnoredAny,
+    #[serde(default, rename = "expert")]
+    _expert: IgnoredAny,
+    #[serde(default)]
+    demos: DemosSection,
+    #[serde(default)]
+    policy: PolicyConfig,
+    #[serde(default)]
+    pretrain: BcConfig,
+    #[serde(default)]
+    dagger: DaggerSection,
+    #[serde(default)]
+    eval: EvalSection,
+    #[serde(default)]
+    grpo: GrpoConfig,
+    #[serde(default)]
+    reward: RewardSection,
+}
+
+impl Validate for SharedSections {
+    fn validate(&self) -> Result<(), Invalid> {
+        Ok(())
+    }
+}
+
+/// What is read first: which task the document is for, and whether it names its run.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default = "default_task")]
+    task: String,
+    #[serde(default)]
+    run: toml::Table,
+    #[serde(default)]
+    demos: toml::Table,
+}
+
+impl Validate for Header {
+    fn validate(&self) -> Result<(), Invalid> {
+        Ok(())
+    }
 }
 
 /// `[dagger]`: rounds of DAgger (Ross et al. 2011) after behaviour cloning, in `diffrl run`'s
@@ -82,14 +124,6 @@ impl Default for DaggerSection {
             beta: 0.0,
             stochastic: false,
         }
-    }
-}
-
-/// The main job's environment: Push-T observed through keypoints (docs/policy.md).
-fn run_env() -> PushTConfig {
-    PushTConfig {
-        obs: diffrl_pusht::ObsMode::Keypoints,
-        ..PushTConfig::default()
     }
 }
 
@@ -187,14 +221,14 @@ impl Default for EvalSection {
 }
 
 fn default_task() -> String {
-    "pusht".into()
+    tasks::DEFAULT_TASK.into()
 }
 
 /// `[run]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunSection {
-    /// Folder name under `runs_dir`.
+    /// Folder name under `runs_dir` (default: the task's name).
     pub name: String,
     /// Parent folder of runs.
     pub runs_dir: PathBuf,
@@ -204,10 +238,12 @@ pub struct RunSection {
     pub threads: usize,
 }
 
+/// The default run name is the task's ([`parse`] gives a config without `[run].name` its
+/// task's name).
 impl Default for RunSection {
     fn default() -> Self {
         Self {
-            name: "pusht".into(),
+            name: tasks::DEFAULT_TASK.into(),
             runs_dir: "runs".into(),
             seed: 0,
             threads: 0,
@@ -228,6 +264,7 @@ pub struct DemosSection {
     /// own action, so the data covers states just off the expert's path (0 = off).
     pub noise_px: f64,
     /// A LeRobot dataset folder to train on instead of recording demos (empty = record).
+    /// Default: the shipped Push-T dataset for the default task, none for other tasks.
     pub dataset: PathBuf,
 }
 
@@ -245,9 +282,14 @@ impl Default for DemosSection {
 impl Validate for RunConfig {
     fn validate(&self) -> Result<(), Invalid> {
         ensure(
-            self.task == "pusht",
+            self.env.task().name() == self.task && self.expert.task().name() == self.task,
             "task",
-            format!("unknown task {:?}; available: pusht", self.task),
+            format!(
+                "is {:?}, but [env] and [expert] were read by {:?} and {:?}",
+                self.task,
+                self.env.task().name(),
+                self.expert.task().name()
+            ),
         )?;
         ensure(
             !self.run.name.is_empty() && !self.run.name.contains(['/', '\\']),
@@ -290,7 +332,6 @@ impl Validate for RunConfig {
             "eval.envs",
             "must be in 1..=1024",
         )?;
-        self.env.validate().map_err(|e| e.within("env"))?;
         self.policy.validate().map_err(|e| e.within("policy"))?;
         self.pretrain.validate().map_err(|e| e.within("pretrain"))?;
         self.grpo.validate().map_err(|e| e.within("grpo"))?;
@@ -337,25 +378,141 @@ impl Validate for RunConfig {
         {
             return Err(Invalid::new(format!("reward.{field}"), message));
         }
-        self.expert.validate().map_err(|e| e.within("expert"))
+        Ok(())
     }
 }
 
-/// Loads `path`, or the embedded default when `None`. Returns the config and its text.
+/// Parses and validates a run config from TOML `text`; `origin` names it in errors. The `task`
+/// key (default: [`tasks::DEFAULT_TASK`]) selects the task that reads `[env]` and `[expert]`.
+pub fn parse(text: &str, origin: &Path) -> Result<RunConfig, ConfigError> {
+    let header: Header = config::from_toml_str(text, origin)?;
+    let task = tasks::get(&header.task).map_err(|message| ConfigError::Invalid {
+        path: origin.to_path_buf(),
+        field: "task".into(),
+        message,
+    })?;
+    let (env, expert) = task.parse_sections(text, origin)?;
+    let s: SharedSections = config::from_toml_str(text, origin)?;
+    let mut run = s.run;
+    if !header.run.contains_key("name") {
+        run.name = s.task.clone();
+    }
+    // The shipped dataset is the default task's: other tasks record their demonstrations.
+    let mut demos = s.demos;
+    if s.task != tasks::DEFAULT_TASK && !header.demos.contains_key("dataset") {
+        demos.dataset = PathBuf::new();
+    }
+    let cfg = RunConfig {
+        task: s.task,
+        run,
+        env,
+        expert,
+        demos,
+        policy: s.policy,
+        pretrain: s.pretrain,
+        dagger: s.dagger,
+        eval: s.eval,
+        grpo: s.grpo,
+        reward: s.reward,
+    };
+    cfg.validate().map_err(|i| ConfigError::Invalid {
+        path: origin.to_path_buf(),
+        field: i.field,
+        message: i.message,
+    })?;
+    Ok(cfg)
+}
+
+/// Reads `path`.
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Loads `path`, or the embedded default of `diffrl run` ([`tasks::DEFAULT_TASK`]'s) when
+/// `None`. Returns the config and its text.
 pub fn load(path: Option<&Path>) -> Result<(RunConfig, String), ConfigError> {
     match path {
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Io {
-                path: p.to_path_buf(),
-                source,
-            })?;
-            Ok((config::from_toml_str(&text, p)?, text))
+            let text = read(p)?;
+            Ok((parse(&text, p)?, text))
         }
-        None => Ok((
-            config::from_toml_str(DEFAULT_CONFIG, &config::embedded("configs/pusht.toml"))?,
-            DEFAULT_CONFIG.to_string(),
-        )),
+        None => load_default(tasks::DEFAULT_TASK),
     }
+}
+
+/// The default run config of `task`: its embedded configs/<task>.toml, or every table's
+/// defaults when it has none.
+pub fn load_default(task: &str) -> Result<(RunConfig, String), ConfigError> {
+    let (text, origin) = match tasks::default_config(task) {
+        Some(c) => (c.text.to_string(), config::embedded(c.origin)),
+        None => (
+            format!("task = {task:?}\n"),
+            config::embedded(&format!("defaults of task {task}")),
+        ),
+    };
+    Ok((parse(&text, &origin)?, text))
+}
+
+/// The run config of a command that names its task (`diffrl sim TASK --config C`): `path`,
+/// which must be for `task`, or the task's default config.
+pub fn load_for(task: &str, path: Option<&Path>) -> anyhow::Result<(RunConfig, String)> {
+    if tasks::get(task).is_err() {
+        anyhow::bail!(
+            "unknown simulator {task:?}; available: {}",
+            tasks::names().join(", ")
+        );
+    }
+    let Some(p) = path else {
+        return Ok(load_default(task)?);
+    };
+    let (cfg, text) = load(Some(p))?;
+    anyhow::ensure!(
+        cfg.task == task,
+        "{} is a config for task {:?}, not {task:?}",
+        p.display(),
+        cfg.task
+    );
+    Ok((cfg, text))
+}
+
+/// Reads a run config from any self-describing format by way of its TOML text: what
+/// `toml::from_str::<RunConfig>` does (e.g. reading a run folder's config.toml).
+impl<'de> Deserialize<'de> for RunConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let table = toml::Table::deserialize(d)?;
+        let text = toml::to_string(&table).map_err(serde::de::Error::custom)?;
+        parse(&text, Path::new("<deserialized config>")).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Sets `[env.randomize].action_delay` to `[steps, steps]` (`--action-delay`): control steps
+/// between an observation and its actions taking effect. The task validates it.
+pub fn set_action_delay(cfg: &mut RunConfig, steps: u32) -> anyhow::Result<()> {
+    let mut patch = toml::Table::new();
+    let d = toml::Value::Integer(i64::from(steps));
+    patch.insert(
+        "action_delay".into(),
+        toml::Value::Array(vec![d.clone(), d]),
+    );
+    cfg.env = cfg
+        .env
+        .with_randomization(&patch)
+        .map_err(|i| anyhow::anyhow!("--action-delay {steps}: {}", i.message))?;
+    Ok(())
+}
+
+/// The first value of `[env.randomize].action_delay` (0 when the task has none).
+pub fn action_delay(cfg: &RunConfig) -> i64 {
+    cfg.env
+        .randomization()
+        .and_then(|r| r.get("action_delay"))
+        .and_then(|v| v.as_array())
+        .and_then(|a| a.first())
+        .and_then(toml::Value::as_integer)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -365,15 +522,21 @@ mod tests {
     #[test]
     fn embedded_default_equals_struct_defaults() {
         let (c, _) = load(None).unwrap();
-        // One deliberate difference: the main job observes keypoints; the simulator's own
-        // default observation (a config without [env].obs) stays gym-pusht's 5-d state.
-        assert_eq!(c.env, run_env());
-        // A config without [env] observes what the embedded one does.
+        let task = tasks::get(&c.task).unwrap();
+        assert_eq!(c.env, task.default_env());
+        assert_eq!(c.expert, task.default_expert());
+        // One meaning per setting: no [env] table, an empty one and a partial one all observe
+        // what the embedded config does.
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("grpo.toml");
-        std::fs::write(&p, "[grpo]\niterations = 3\n").unwrap();
-        assert_eq!(load(Some(&p)).unwrap().0.env, c.env);
-        assert_eq!(c.expert, ExpertConfig::default());
+        for text in [
+            "[grpo]\niterations = 3\n",
+            "[env]\n",
+            "[env]\nmax_episode_steps = 300\n",
+        ] {
+            std::fs::write(&p, text).unwrap();
+            assert_eq!(load(Some(&p)).unwrap().0.env, c.env, "{text}");
+        }
         assert_eq!(c.demos, DemosSection::default());
         assert_eq!(c.run, RunSection::default());
         assert_eq!(c.policy, PolicyConfig::default());
@@ -381,6 +544,18 @@ mod tests {
         assert_eq!(c.eval, EvalSection::default());
         assert_eq!(c.grpo, GrpoConfig::default());
         assert_eq!(c.reward, RewardSection::default());
+    }
+
+    #[test]
+    fn written_config_reads_back_equal() {
+        let (mut c, _) = load(None).unwrap();
+        set_action_delay(&mut c, 3).unwrap();
+        assert_eq!(action_delay(&c), 3);
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(toml::from_str::<RunConfig>(&text).unwrap(), c);
+        assert_eq!(parse(&text, Path::new("x.toml")).unwrap(), c);
+        let e = set_action_delay(&mut c, 11).unwrap_err().to_string();
+        assert!(e.starts_with("--action-delay 11: "), "{e}");
     }
 
     #[test]

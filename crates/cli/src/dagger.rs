@@ -3,9 +3,10 @@
 //! Behaviour cloning alone only ever sees the expert's own states; the policy's small errors
 //! take it to states the data never showed, where its errors grow. The labels fix exactly those.
 //!
-//! Push-T's pusher expert is a function of the observed state, so a label is one call at the
-//! visited state (no snapshot, restore or warm start). The MPPI expert also works here, but its
-//! label then depends on the plan it carried from the previous state of the policy's rollout.
+//! A label is one call of the task's expert at the visited state (no snapshot, restore or warm
+//! start): exact for an expert whose action is a function of the state (Push-T's pusher). An
+//! expert that keeps a plan (Push-T's MPPI) also works, but its label then depends on the plan
+//! it carried from the previous state of the policy's rollout.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,17 +14,19 @@ use std::time::Instant;
 
 use anyhow::Context;
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use diffrl_core::dyn_env::{DynEnv, DynExpert, DynSnapshot};
+use diffrl_core::dyn_task::{EnvSection, ExpertSection};
 use diffrl_core::env::{Env, StepResult};
 use diffrl_core::fs::write_atomic;
 use diffrl_core::lerobot::read_dataset;
 use diffrl_core::record::Recorder;
 use diffrl_core::seeding::{Rng, derive, rng};
 use diffrl_core::space::{BoxSpace, Observation, ObservationSpace};
+use diffrl_core::task::{Expert, TaskEnv};
 use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_core::{EnvError, Episode};
 use diffrl_learn::eval::{EvalReport, PolicyActor, evaluate_actor};
 use diffrl_policy::{Policy, SampleMode, checkpoint};
-use diffrl_pusht::{Expert, ExpertConfig, PushT, PushTConfig, TASK};
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 
@@ -35,13 +38,14 @@ const EXPERT_STREAM: u64 = 0xE7;
 /// Seed stream of the per-step choice between the expert's and the policy's action.
 const MIX_STREAM: u64 = 0xB7;
 
-/// A Push-T environment driven by someone else's actions that records, at every state it
+/// A task's environment driven by someone else's actions that records, at every state it
 /// visits, the expert's action there: DAgger's data collection. The recorded episodes hold the
 /// true states and the expert's labels; with probability `beta` per step the expert's label is
 /// executed instead of the given action (DAgger's mixture policy; 0 = the learner alone).
 pub struct Relabel {
-    env: PushT,
-    expert: Expert,
+    env: DynEnv,
+    expert: DynExpert,
+    instruction: String,
     beta: f64,
     mix: Rng,
     current: Episode,
@@ -52,22 +56,34 @@ pub struct Relabel {
 }
 
 impl Relabel {
-    /// Wraps a fresh environment of `env_cfg` with an expert of `expert_cfg`.
-    pub fn new(env_cfg: &PushTConfig, expert_cfg: &ExpertConfig, beta: f64) -> Self {
-        Self {
-            env: PushT::builder().config(env_cfg.clone()).build(),
-            expert: Expert::new(expert_cfg.clone(), 0),
+    /// Wraps a fresh environment of `env_cfg` with an expert of `expert_cfg` (an error when the
+    /// task has no expert).
+    pub fn new(
+        env_cfg: &EnvSection,
+        expert_cfg: &ExpertSection,
+        beta: f64,
+    ) -> anyhow::Result<Self> {
+        let expert = expert_cfg.build(0).with_context(|| {
+            format!(
+                "DAgger needs an expert to label states; task {} has none",
+                env_cfg.task().name()
+            )
+        })?;
+        Ok(Self {
+            env: env_cfg.build(),
+            expert,
+            instruction: env_cfg.task().dataset().instruction,
             beta,
             mix: rng(0),
             current: Episode::default(),
             done: Vec::new(),
             disagreement: 0.0,
-        }
+        })
     }
 }
 
 impl Env for Relabel {
-    type Snapshot = <PushT as Env>::Snapshot;
+    type Snapshot = DynSnapshot;
 
     fn observation_space(&self) -> ObservationSpace {
         self.env.observation_space()
@@ -83,13 +99,13 @@ impl Env for Relabel {
         self.mix = rng(derive(seed, MIX_STREAM));
         self.current = Episode {
             seed: Some(seed),
-            task: Some(TASK.to_string()),
+            task: Some(self.instruction.clone()),
             ..Episode::default()
         };
         self.env.reset(seed)
     }
     fn step(&mut self, action: &[f32]) -> Result<StepResult, EnvError> {
-        let state = self.env.true_state().map(|v| v as f32).to_vec();
+        let state = self.env.true_state().iter().map(|&v| v as f32).collect();
         let label = self.expert.act(&self.env);
         let use_expert = self.beta > 0.0 && self.mix.random::<f64>() < self.beta;
         let r = if use_expert {
@@ -97,13 +113,19 @@ impl Env for Relabel {
         } else {
             self.env.step(action)?
         };
-        if !use_expert && action.len() == 2 {
-            self.disagreement +=
-                f64::from(((action[0] - label[0]).powi(2) + (action[1] - label[1]).powi(2)).sqrt());
+        if !use_expert && action.len() == label.len() {
+            self.disagreement += f64::from(
+                action
+                    .iter()
+                    .zip(&label)
+                    .map(|(a, l)| (a - l).powi(2))
+                    .sum::<f32>()
+                    .sqrt(),
+            );
         }
         self.current.push(
             Observation::state(state),
-            label.to_vec(),
+            label,
             r.reward,
             r.info.score,
             r.info.success,
@@ -177,8 +199,8 @@ impl std::fmt::Display for DaggerSummary {
 /// returns the expert-labelled episodes.
 #[allow(clippy::too_many_arguments)]
 pub fn collect<B: Backend>(
-    env_cfg: &PushTConfig,
-    expert_cfg: &ExpertConfig,
+    env_cfg: &EnvSection,
+    expert_cfg: &ExpertSection,
     policy: &Policy<B>,
     device: &B::Device,
     episodes: usize,
@@ -201,7 +223,7 @@ pub fn collect<B: Backend>(
     let n_env = envs.clamp(1, episodes.max(1));
     let worlds = (0..n_env)
         .map(|_| Relabel::new(env_cfg, expert_cfg, beta))
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     let mut venv = VecEnv::new(worlds, AutoReset::SameStep, threads);
     let mut actor = PolicyActor::new(policy, device, mode, seed);
     let pb = bar(
@@ -280,7 +302,15 @@ fn relabel_and_aggregate<B: Backend>(
     provenance["base_episodes"] = base_episodes.into();
     provenance["expert"] = serde_json::to_value(&cfg.expert)?;
     let data_summary = crate::demos::summarize(&all, summary.seconds);
-    let written = crate::demos::write(dir, &all, &data_summary, provenance, false, overwrite)?;
+    let written = crate::demos::write(
+        cfg.env.task(),
+        dir,
+        &all,
+        &data_summary,
+        provenance,
+        false,
+        overwrite,
+    )?;
     Ok((summary, base_episodes, written))
 }
 
@@ -301,7 +331,7 @@ pub struct DaggerArgs {
     pub seed: u64,
 }
 
-/// `diffrl demos pusht --dagger POLICY [--base DATASET] --out DIR`: one DAgger round's data
+/// `diffrl demos TASK --dagger POLICY [--base DATASET] --out DIR`: one DAgger round's data
 /// (environments stepped on `cfg`'s [run].threads).
 pub fn dagger_cmd(
     cfg: &RunConfig,
@@ -320,7 +350,8 @@ pub fn dagger_cmd(
         &format!("the policy {}", args.policy.display()),
     )?;
     let command = format!(
-        "diffrl demos pusht --dagger {} {}--episodes {} --seed {} --beta {}{}",
+        "diffrl demos {} --dagger {} {}--episodes {} --seed {} --beta {}{}",
+        cfg.task,
         args.policy.display(),
         args.base
             .as_ref()
@@ -465,21 +496,26 @@ pub fn round<B: AutodiffBackend>(
 mod tests {
     use super::*;
 
+    /// The embedded default config's task (Push-T), through the registry.
+    fn sections() -> (EnvSection, ExpertSection) {
+        let (cfg, _) = crate::config::load(None).unwrap();
+        (cfg.env, cfg.expert)
+    }
+
     /// The recorded label at every step is what a fresh expert says at that state, whatever
     /// action drove the environment.
     #[test]
     fn labels_are_the_experts_action_at_the_visited_state() {
-        let env_cfg = PushTConfig::default();
-        let expert_cfg = ExpertConfig::default();
-        let mut env = Relabel::new(&env_cfg, &expert_cfg, 0.0);
+        let (env_cfg, expert_cfg) = sections();
+        let mut env = Relabel::new(&env_cfg, &expert_cfg, 0.0).unwrap();
         env.reset(7);
-        let mut check = PushT::builder().config(env_cfg.clone()).build();
+        let mut check = env_cfg.build();
         for t in 0..30 {
             // A policy that wanders: not the expert's action.
             let a = [100.0 + 10.0 * t as f32, 300.0 - 5.0 * t as f32];
             check.restore(&env.env.snapshot());
             env.step(&a).unwrap();
-            let mut fresh = Expert::new(expert_cfg.clone(), 0);
+            let mut fresh = expert_cfg.build(0).unwrap();
             let want = fresh.act(&check);
             let got = &env.current.actions[t];
             assert!(
@@ -494,11 +530,10 @@ mod tests {
     /// beta = 1 executes the expert: the episode is the expert's own.
     #[test]
     fn beta_one_is_the_expert() {
-        let env_cfg = PushTConfig::default();
-        let expert_cfg = ExpertConfig::default();
-        let mut a = Relabel::new(&env_cfg, &expert_cfg, 1.0);
-        let mut b = PushT::builder().config(env_cfg.clone()).build();
-        let mut expert = Expert::new(expert_cfg, 0);
+        let (env_cfg, expert_cfg) = sections();
+        let mut a = Relabel::new(&env_cfg, &expert_cfg, 1.0).unwrap();
+        let mut b = env_cfg.build();
+        let mut expert = expert_cfg.build(0).unwrap();
         a.reset(3);
         b.reset(3);
         for _ in 0..40 {

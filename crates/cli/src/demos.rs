@@ -1,15 +1,17 @@
-//! Expert demonstrations: run the Push-T expert for N seeded episodes (in parallel over
+//! Expert demonstrations: run a task's expert for N seeded episodes (in parallel over
 //! episodes) and write them as a LeRobot v3.0 dataset.
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
+use diffrl_core::dyn_env::{DynEnv, DynExpert};
+use diffrl_core::dyn_task::{DynTask, EnvSection, ExpertSection};
 use diffrl_core::episode::wilson_interval;
 use diffrl_core::lerobot::{DatasetMeta, write_dataset};
 use diffrl_core::seeding::derive;
-use diffrl_core::{Env, Episode, Observation};
-use diffrl_pusht::{Expert, ExpertConfig, PushT, PushTConfig, TASK};
+use diffrl_core::task::{Expert, TaskEnv};
+use diffrl_core::{BoxSpace, Env, Episode, Observation};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -50,16 +52,24 @@ pub struct DemoSummary {
 /// One expert episode on `env` from `seed`, executing the expert's actions plus DART noise of
 /// `noise_px` standard deviation. `on_step` sees (observation, label) pairs.
 pub fn expert_episode(
-    env: &mut PushT,
-    expert: &mut Expert,
+    env: &mut DynEnv,
+    expert: &mut DynExpert,
+    instruction: &str,
     seed: u64,
     noise_px: f64,
-    mut on_step: impl FnMut(&PushT, [f32; 2], &diffrl_core::StepResult),
+    mut on_step: impl FnMut(&DynEnv, &[f32], &diffrl_core::StepResult),
 ) -> anyhow::Result<Episode> {
     env.reset(seed);
     expert.reset(derive(seed, EXPERT_STREAM));
     let mut noise = Dart::new(noise_px, derive(seed, DART_STREAM));
-    run_expert_from_current(env, expert, Some(seed), &mut noise, &mut on_step)
+    run_expert_from_current(
+        env,
+        expert,
+        instruction,
+        Some(seed),
+        &mut noise,
+        &mut on_step,
+    )
 }
 
 /// DART noise injection (Laskey et al. 2017): Gaussian noise on the executed action only.
@@ -77,41 +87,48 @@ impl Dart {
         }
     }
 
-    /// The action to execute for the expert's `label`.
-    fn perturb(&mut self, label: [f32; 2]) -> [f32; 2] {
+    /// The action to execute for the expert's `label`, kept inside the action `space`.
+    fn perturb(&mut self, label: &[f32], space: &BoxSpace) -> Vec<f32> {
         if self.std <= 0.0 {
-            return label;
+            return label.to_vec();
         }
-        label.map(|v| {
-            let n: f64 =
-                rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut self.rng);
-            (f64::from(v) + self.std * n).clamp(0.0, 512.0) as f32
-        })
+        label
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let n: f64 =
+                    rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut self.rng);
+                (f64::from(v) + self.std * n)
+                    .clamp(f64::from(space.low[i]), f64::from(space.high[i])) as f32
+            })
+            .collect()
     }
 }
 
 /// Runs the expert from `env`'s current state until the episode ends; episodes record the
 /// expert's labels, the environment gets them through `noise`.
 pub fn run_expert_from_current(
-    env: &mut PushT,
-    expert: &mut Expert,
+    env: &mut DynEnv,
+    expert: &mut DynExpert,
+    instruction: &str,
     seed: Option<u64>,
     noise: &mut Dart,
-    on_step: &mut dyn FnMut(&PushT, [f32; 2], &diffrl_core::StepResult),
+    on_step: &mut dyn FnMut(&DynEnv, &[f32], &diffrl_core::StepResult),
 ) -> anyhow::Result<Episode> {
     let mut ep = Episode {
         seed,
-        task: Some(TASK.to_string()),
+        task: Some(instruction.to_string()),
         ..Episode::default()
     };
+    let space = env.action_space();
     loop {
-        let state = env.true_state().map(|v| v as f32).to_vec();
+        let state = env.true_state().iter().map(|&v| v as f32).collect();
         let action = expert.act(env);
-        let r = env.step(&noise.perturb(action))?;
-        on_step(env, action, &r);
+        let r = env.step(&noise.perturb(&action, &space))?;
+        on_step(env, &action, &r);
         ep.push(
             Observation::state(state),
-            action.to_vec(),
+            action,
             r.reward,
             r.info.score,
             r.info.success,
@@ -127,13 +144,21 @@ pub fn run_expert_from_current(
 /// Runs `episodes` expert episodes with DART noise of `noise_px`; episode `i` starts from seed
 /// `derive(seed, i)`.
 pub fn generate(
-    env_cfg: &PushTConfig,
-    expert_cfg: &ExpertConfig,
+    env_cfg: &EnvSection,
+    expert_cfg: &ExpertSection,
     noise_px: f64,
     episodes: usize,
     seed: u64,
     threads: usize,
 ) -> anyhow::Result<(Vec<Episode>, DemoSummary)> {
+    let instruction = env_cfg.task().dataset().instruction;
+    let no_expert = || {
+        anyhow::anyhow!(
+            "task {} has no expert to record demonstrations with",
+            env_cfg.task().name()
+        )
+    };
+    expert_cfg.build(0).ok_or_else(no_expert)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -153,9 +178,16 @@ pub fn generate(
             .into_par_iter()
             .map(|i| {
                 let s = derive(seed, i as u64);
-                let mut env = PushT::builder().config(env_cfg.clone()).build();
-                let mut expert = Expert::new(expert_cfg.clone(), s);
-                let ep = expert_episode(&mut env, &mut expert, s, noise_px, |_, _, _| {})?;
+                let mut env = env_cfg.build();
+                let mut expert = expert_cfg.build(s).ok_or_else(no_expert)?;
+                let ep = expert_episode(
+                    &mut env,
+                    &mut expert,
+                    &instruction,
+                    s,
+                    noise_px,
+                    |_, _, _| {},
+                )?;
                 let done = successes
                     .fetch_add(ep.success() as usize, std::sync::atomic::Ordering::Relaxed)
                     + ep.success() as usize;
@@ -229,6 +261,7 @@ impl std::fmt::Display for DemoSummary {
 /// Writes episodes (only the successful ones when `only_successful`) as a LeRobot dataset
 /// with provenance; returns how many episodes were written.
 pub fn write(
+    task: &dyn DynTask,
     out: &Path,
     eps: &[Episode],
     summary: &DemoSummary,
@@ -246,14 +279,13 @@ pub fn write(
         "the expert solved none of the {} episodes, and only successful ones were asked for",
         eps.len()
     );
+    let info = task.dataset();
     let meta = DatasetMeta {
-        fps: 10,
-        robot_type: "2d pointer".into(),
-        state_names: ["agent_x", "agent_y", "block_x", "block_y", "block_angle"]
-            .map(String::from)
-            .to_vec(),
-        action_names: ["x", "y"].map(String::from).to_vec(),
-        task: TASK.into(),
+        fps: info.fps,
+        robot_type: info.robot_type,
+        state_names: info.state_names,
+        action_names: info.action_names,
+        task: info.instruction,
         provenance: serde_json::json!({"provenance": provenance, "summary": summary}),
     };
     write_dataset(out, &meta, &kept, overwrite)

@@ -9,19 +9,17 @@ use anyhow::{Context, bail};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::Args;
 use diffrl_core::record::{NoRecorder, Recorder, Timeline, Topic};
-use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_learn::LearnError;
 use diffrl_learn::advantages::Estimator;
 use diffrl_learn::eval::EvalReport;
 use diffrl_learn::grpo::{self, Algorithm, GrpoHooks, GrpoLog};
 use diffrl_policy::{Policy, SampleMode, checkpoint};
-use diffrl_pusht::PushT;
 use indicatif::ProgressBar;
 
 use crate::config::{self, RunConfig};
 use crate::train::{
     DeviceArg, append_metrics, bar, check_spec, env_spec, periodic_eval, policy_device,
-    print_report, run_eval_recorded, write_report,
+    print_report, run_eval_recorded, vec_env, write_report,
 };
 use crate::viz::Recording;
 
@@ -227,10 +225,7 @@ pub fn finetune_recorded<B: AutodiffBackend>(
         .context("grpo.min_sampling_std / grpo.min_logprob_std")?;
     let trainable = Policy::<B>::trainable(&reference);
     let n_env = g.groups * g.group_size;
-    let worlds = (0..n_env)
-        .map(|_| PushT::builder().config(cfg.env.clone()).build())
-        .collect();
-    let mut venv = VecEnv::new(worlds, AutoReset::SameStep, cfg.run.threads);
+    let mut venv = vec_env(cfg, n_env);
     let reward = crate::reward_cmd::reward_module(cfg)?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     writeln!(

@@ -41,6 +41,7 @@ pub mod reward_cmd;
 pub mod robustness;
 pub mod serve;
 pub mod sim;
+pub mod tasks;
 pub mod train;
 pub mod viz;
 
@@ -75,7 +76,7 @@ pub enum Command {
     Run(pipeline::RunArgs),
     /// Record expert demonstrations as a LeRobot v3.0 dataset folder.
     Demos {
-        /// Simulator (only `pusht` so far).
+        /// Task (`pusht`; crates/cli/src/tasks.rs lists them).
         task: String,
         /// Number of episodes.
         #[arg(long, default_value_t = 200)]
@@ -95,14 +96,15 @@ pub enum Command {
         /// Keep only successful episodes.
         #[arg(long)]
         only_successful: bool,
-        /// Which expert acts (default: the config's [expert].kind, `pusher` unless set).
-        #[arg(long, value_enum)]
-        expert: Option<ExpertChoice>,
+        /// Which expert acts: sets the config's [expert].kind (Push-T: `pusher`, the default,
+        /// or `mppi`).
+        #[arg(long, value_name = "KIND")]
+        expert: Option<String>,
         /// DART noise: standard deviation (px) added to executed actions; labels stay the
         /// expert's (default: the config's [demos].noise_px).
         #[arg(long, value_name = "PX")]
         noise: Option<f64>,
-        /// Run config whose [env], [expert] and [demos] tables apply.
+        /// Run config whose [env], [expert] and [demos] tables apply (default: the task's own).
         #[arg(long)]
         config: Option<PathBuf>,
         /// DAgger: roll out this policy checkpoint instead of the expert and record the
@@ -150,42 +152,6 @@ pub enum Command {
     },
 }
 
-/// `--expert` of `diffrl demos`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum ExpertChoice {
-    /// The stateless pusher (a function of the observed state).
-    Pusher,
-    /// MPPI over cloned worlds.
-    Mppi,
-}
-
-impl ExpertChoice {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Pusher => "pusher",
-            Self::Mppi => "mppi",
-        }
-    }
-}
-
-impl From<ExpertChoice> for diffrl_pusht::ExpertKind {
-    fn from(c: ExpertChoice) -> Self {
-        match c {
-            ExpertChoice::Pusher => Self::Pusher,
-            ExpertChoice::Mppi => Self::Mppi,
-        }
-    }
-}
-
-impl From<diffrl_pusht::ExpertKind> for ExpertChoice {
-    fn from(k: diffrl_pusht::ExpertKind) -> Self {
-        match k {
-            diffrl_pusht::ExpertKind::Pusher => Self::Pusher,
-            diffrl_pusht::ExpertKind::Mppi => Self::Mppi,
-        }
-    }
-}
-
 /// Parses `args` (including the program name) and runs the command; output goes to `out`.
 pub fn run_cli<I, T>(args: I, out: &mut dyn Write) -> anyhow::Result<()>
 where
@@ -212,14 +178,16 @@ where
             beta,
             stochastic,
         } => {
-            if task != "pusht" {
-                anyhow::bail!("unknown simulator {task:?}; available: pusht");
-            }
             anyhow::ensure!(episodes >= 1, "--episodes must be at least 1");
             viz::ignored(rerun, "demos");
-            let (mut cfg, _) = config::load(config.as_deref())?;
-            if let Some(e) = expert {
-                cfg.expert.kind = e.into();
+            let (mut cfg, _) = config::load_for(&task, config.as_deref())?;
+            if let Some(kind) = &expert {
+                let mut patch = toml::Table::new();
+                patch.insert("kind".into(), toml::Value::String(kind.clone()));
+                cfg.expert = cfg
+                    .expert
+                    .patched(&patch)
+                    .map_err(|i| anyhow::anyhow!("--expert {kind}: {}", i.message))?;
             }
             let noise_px = noise.unwrap_or(cfg.demos.noise_px);
             anyhow::ensure!(
@@ -241,9 +209,10 @@ where
             let (eps, summary) =
                 demos::generate(&cfg.env, &cfg.expert, noise_px, episodes, seed, threads)?;
             writeln!(out, "{summary}")?;
+            let kind = cfg.expert.table().get("kind").and_then(|k| k.as_str());
             let command = format!(
-                "diffrl demos pusht --episodes {episodes} --seed {seed} --expert {} --noise {noise_px}{}",
-                ExpertChoice::from(cfg.expert.kind).name(),
+                "diffrl demos {task} --episodes {episodes} --seed {seed}{} --noise {noise_px}{}",
+                kind.map_or(String::new(), |k| format!(" --expert {k}")),
                 if only_successful {
                     " --only-successful"
                 } else {
@@ -251,8 +220,15 @@ where
                 }
             );
             let provenance = serde_json::json!({"command": command, "seed": seed, "env": cfg.env, "expert": cfg.expert, "noise_px": noise_px, "diffrl_version": env!("CARGO_PKG_VERSION")});
-            let written =
-                demos::write(&dir, &eps, &summary, provenance, only_successful, overwrite)?;
+            let written = demos::write(
+                cfg.env.task(),
+                &dir,
+                &eps,
+                &summary,
+                provenance,
+                only_successful,
+                overwrite,
+            )?;
             writeln!(out, "wrote {written} episodes to {}", dir.display())?;
             Ok(())
         }

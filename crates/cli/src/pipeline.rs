@@ -444,7 +444,7 @@ fn stages<B: AutodiffBackend>(
     // names it).
     let h = header(2, "reward");
     // Scored against rollouts of the BC policy too, so the stage depends on it.
-    let reward_fp = json!({"dataset": dataset, "progress": cfg.reward.progress, "obs": cfg.env.obs, "vs_policy": {"pretrain": pre_fp, "episodes": VS_POLICY_EPISODES}});
+    let reward_fp = json!({"dataset": dataset, "progress": cfg.reward.progress, "obs": cfg.env.observation(), "vs_policy": {"pretrain": pre_fp, "episodes": VS_POLICY_EPISODES}});
     let (stage, state) = Stage::open(
         root.join("reward"),
         reward_fp,
@@ -651,9 +651,9 @@ fn stages<B: AutodiffBackend>(
 fn data_line(cfg: &RunConfig, r: &Results) -> String {
     let demos = match &r.demos {
         Some(d) => format!(
-            "{} {:?}-expert episodes recorded by this run (DART noise {} px; expert success {:.1}%)",
+            "{} {}-expert episodes recorded by this run (DART noise {} px; expert success {:.1}%)",
             d.episodes,
-            cfg.expert.kind,
+            cfg.expert.name(),
             cfg.demos.noise_px,
             100.0 * d.success_rate
         ),
@@ -676,8 +676,8 @@ fn data_line(cfg: &RunConfig, r: &Results) -> String {
         format!("{demos}; no DAgger rounds")
     } else {
         format!(
-            "{demos}, then DAgger with the {:?} expert: {}",
-            cfg.expert.kind,
+            "{demos}, then DAgger with the {} expert: {}",
+            cfg.expert.name(),
             rounds.join("; ")
         )
     }
@@ -788,8 +788,10 @@ fn demos_stage(
     }
     writeln!(
         out,
-        "{h}: {} expert episodes ({:?} expert, DART noise {} px)",
-        cfg.demos.episodes, cfg.expert.kind, cfg.demos.noise_px
+        "{h}: {} expert episodes ({} expert, DART noise {} px)",
+        cfg.demos.episodes,
+        cfg.expert.name(),
+        cfg.demos.noise_px
     )?;
     let (eps, summary) = demos::generate(
         &cfg.env,
@@ -801,6 +803,7 @@ fn demos_stage(
     )?;
     let provenance = json!({"command": "diffrl run", "fingerprint": fingerprint, "diffrl_version": env!("CARGO_PKG_VERSION")});
     demos::write(
+        cfg.env.task(),
         &demos_dir,
         &eps,
         &summary,

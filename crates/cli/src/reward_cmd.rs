@@ -1,4 +1,4 @@
-//! `diffrl reward train|eval`: the progress reward model on Push-T demonstrations, its held-out
+//! `diffrl reward train|eval`: the progress reward model on a task's demonstrations, its held-out
 //! metrics, and the reward stack fine-tuning optimises (`[reward]` in the run config).
 
 use std::io::Write;
@@ -7,24 +7,22 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use diffrl_core::dyn_task::DynTask;
 use diffrl_core::episode::Episode;
 use diffrl_core::lerobot::read_dataset;
 use diffrl_core::record::{Level, Recorder, StepSeries, Timeline};
 use diffrl_core::reward::{OutcomeReward, RewardModule};
 use diffrl_core::seeding::{derive, rng};
 use diffrl_core::space::ImageObs;
-use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_learn::rollout::collect_groups;
 use diffrl_policy::checkpoint;
-use diffrl_pusht::stages::PushTStages;
-use diffrl_pusht::{ObsMode, PushT};
 use diffrl_reward::labels::LabelKind;
 use diffrl_reward::metrics::RewardMetrics;
 use diffrl_reward::progress::{self, ProgressInput, ProgressModel, held_out};
 use diffrl_reward::shaping::{ShapedReward, Shaping};
 
 use crate::config::{self, RunConfig};
-use crate::train::{bar, dataset_dir, env_spec};
+use crate::train::{bar, dataset_dir, env_spec, vec_env};
 
 type Cpu = diffrl_policy::CpuBackend;
 
@@ -125,11 +123,11 @@ pub fn reward_module(cfg: &RunConfig) -> anyhow::Result<Box<dyn RewardModule>> {
             if model.meta.state_dim != spec.state_dim {
                 bail!(
                     "the SPA model {} reads states of {} values, but the configured environment \
-                     observes {} ([env].obs = {:?})",
+                     observes {} ([env] observes {})",
                     spa.model.display(),
                     model.meta.state_dim,
                     spec.state_dim,
-                    cfg.env.obs
+                    cfg.env.observation()
                 );
             }
             Box::new(diffrl_reward::spa::SpaReward::new(
@@ -146,14 +144,15 @@ pub fn reward_module(cfg: &RunConfig) -> anyhow::Result<Box<dyn RewardModule>> {
     let model = load_model(&sh.model)?;
     if let Some([_, h, w]) = model.meta.image_shape {
         // The learner's episodes carry the environment's own observations.
-        let size = cfg.env.image_size as usize;
-        if cfg.env.obs != ObsMode::Pixels || (h, w) != (size, size) {
+        let image = env_spec(cfg)?.image;
+        if image != Some([3, h, w]) {
             bail!(
                 "the progress model {} reads {h} x {w} images, but the configured environment \
-                 observes {:?} with [env].image_size = {size}; set [env].obs = \"pixels\" and \
-                 image_size = {h}, or shape with a state model",
+                 observes {} ({}); set [env].obs = \"pixels\" and image_size = {h}, or shape \
+                 with a state model",
                 sh.model.display(),
-                cfg.env.obs
+                cfg.env.observation(),
+                image.map_or("no images".into(), |[_, h, w]| format!("{h} x {w} images"))
             );
         }
     } else {
@@ -189,21 +188,21 @@ fn check_model_space(
     if model.meta.state_dim != spec.state_dim {
         bail!(
             "the progress model {} reads states of {} values, but the configured environment \
-             observes {} ([env].obs = {:?}); train one for this observation space with \
+             observes {} ([env] observes {}); train one for this observation space with \
              `diffrl reward train`",
             dir.display(),
             model.meta.state_dim,
             spec.state_dim,
-            cfg.env.obs
+            cfg.env.observation()
         );
     }
     Ok(())
 }
 
 /// Gives every observation of `episodes` (final ones included) the image of its state at
-/// `size` x `size`, as the environment renders it: image progress models on state datasets and
-/// state rollouts.
-fn render_images(episodes: &mut [Episode], size: u32) -> anyhow::Result<()> {
+/// `size` x `size`, as the task draws it: image progress models on state datasets and state
+/// rollouts.
+fn render_images(task: &dyn DynTask, episodes: &mut [Episode], size: u32) -> anyhow::Result<()> {
     for (k, ep) in episodes.iter_mut().enumerate() {
         for (t, o) in ep
             .observations
@@ -211,16 +210,9 @@ fn render_images(episodes: &mut [Episode], size: u32) -> anyhow::Result<()> {
             .chain(ep.final_observation.as_mut())
             .enumerate()
         {
-            let state = diffrl_pusht::state_from_keypoints(&o.state);
-            let state = state.as_ref().map_or(&o.state[..], |s| &s[..]);
-            let data = diffrl_pusht::render::render_state(state, size).with_context(|| {
-                format!(
-                    "rendering observation {t} of episode {k}: Push-T images are drawn from \
-                     5-value states [agent_x, agent_y, block_x, block_y, block_angle], this one \
-                     has {}",
-                    o.state.len()
-                )
-            })?;
+            let data = task
+                .render_state(&o.state, size)
+                .map_err(|m| anyhow::anyhow!("rendering observation {t} of episode {k}: {m}"))?;
             o.image = Some(ImageObs {
                 height: size,
                 width: size,
@@ -238,18 +230,22 @@ fn dataset_episodes(
     let dir = dataset_dir(cfg, arg);
     let ds = read_dataset(&dir).with_context(|| {
         format!(
-            "reading the dataset {} (record one with `diffrl demos pusht` or set [demos].dataset)",
-            dir.display()
+            "reading the dataset {} (record one with `diffrl demos {}` or set [demos].dataset)",
+            dir.display(),
+            cfg.task
         )
     })?;
     let mut eps = ds
         .episodes("observation.state")
         .with_context(|| format!("reading the episodes of {}", dir.display()))?;
-    // Models score what the environment observes: keypoint views of the recorded states.
-    if cfg.env.obs == diffrl_pusht::ObsMode::Keypoints {
-        crate::train::to_keypoints(&mut eps)
-            .with_context(|| format!("[env].obs = \"keypoints\" with {}", dir.display()))?;
-    }
+    // Models score what the environment observes (Push-T: keypoint views of the states).
+    crate::train::observe_recorded(&cfg.env, &mut eps).with_context(|| {
+        format!(
+            "[env] observes {} with {}",
+            cfg.env.observation(),
+            dir.display()
+        )
+    })?;
     Ok((dir, eps))
 }
 
@@ -289,10 +285,17 @@ pub fn train_progress(
     let (dir, mut episodes) = dataset_episodes(cfg, dataset)?;
     let pc = &cfg.reward.progress;
     let image = pc.input == ProgressInput::Image;
+    let size = cfg.env.image_size();
     if image {
-        render_images(&mut episodes, cfg.env.image_size)?;
+        let size = size.with_context(|| {
+            format!(
+                "[reward.progress].input = \"image\": task {} draws no images",
+                cfg.task
+            )
+        })?;
+        render_images(cfg.env.task(), &mut episodes, size)?;
     }
-    let stages = PushTStages::default();
+    let stages = cfg.env.stages();
     writeln!(
         out,
         "reward: progress model on {} ({} episodes, every {}th held out), {:?} labels, {} steps{}",
@@ -304,7 +307,7 @@ pub fn train_progress(
         if image {
             format!(
                 ", reading {0} x {0} images rendered from the states",
-                cfg.env.image_size
+                size.unwrap_or(0)
             )
         } else {
             String::new()
@@ -315,7 +318,7 @@ pub fn train_progress(
         "  reward [{bar:30}] {pos}/{len} loss {msg} {elapsed_precise} (eta {eta})",
     );
     let device = Default::default();
-    let prep = progress::prepare(&episodes, Some(&stages), pc)?;
+    let prep = progress::prepare(&episodes, stages.as_deref(), pc)?;
     let mut model = progress::train_prepared::<diffrl_policy::CpuAutodiff>(
         &prep,
         pc,
@@ -479,10 +482,7 @@ fn policy_rollouts(
     let mut round = 0u64;
     while out.len() < episodes {
         let n = (episodes - out.len()).min(cfg.eval.envs.max(1));
-        let worlds = (0..n)
-            .map(|_| PushT::builder().config(cfg.env.clone()).build())
-            .collect();
-        let mut venv = VecEnv::new(worlds, AutoReset::SameStep, cfg.run.threads);
+        let mut venv = vec_env(cfg, n);
         let mut r = rng(derive(seed, round));
         let (rollouts, _) = collect_groups(
             &mut venv,
@@ -527,7 +527,7 @@ pub(crate) fn score_model(
         scored.extend(policy_rollouts(cfg, p, episodes, seed)?);
     }
     if let Some([_, h, _]) = model.meta.image_shape {
-        render_images(&mut scored, h as u32)?;
+        render_images(cfg.env.task(), &mut scored, h as u32)?;
     }
     let refs: Vec<&Episode> = scored.iter().collect();
     let metrics = progress::evaluate(&model, &refs)?;

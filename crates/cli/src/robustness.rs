@@ -1,12 +1,14 @@
 //! `diffrl eval --randomize SWEEP.toml`: how a policy holds up when the simulator's physics and
 //! observations move away from the ones it was trained on (sim-to-real robustness).
 //!
-//! A sweep file lists domain-randomisation settings around the nominal `[env.randomize]` of the
-//! run config: one grid axis at a time (`[grid]`) and named settings (`[[setting]]`). Every
-//! setting plays the same seeded episodes (same initial states), so settings differ only in
-//! physics and observations, and the nominal row equals a plain `diffrl eval` with the same
-//! seed and episode count. The results form a [`RobustnessTable`], written as
-//! `robustness.json` and `robustness.md` and as a `## Robustness` section of `report.md`.
+//! A sweep file lists patches of the task's own domain-randomisation table (Push-T:
+//! `[env.randomize]`) around the nominal one of the run config: one grid axis at a time
+//! (`[grid]`) and named settings (`[[setting]]`). The task validates every patched table, so the
+//! sweep knows no field of any task. Every setting plays the same seeded episodes (same initial
+//! states), so settings differ only in physics and observations, and the nominal row equals a
+//! plain `diffrl eval` with the same seed and episode count. The results form a
+//! [`RobustnessTable`], written as `robustness.json` and `robustness.md` and as a
+//! `## Robustness` section of `report.md`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,11 +18,11 @@ use anyhow::Context;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use diffrl_core::ConfigError;
 use diffrl_core::config::{Invalid, Validate, ensure};
+use diffrl_core::dyn_task::EnvSection;
 use diffrl_core::fs::write_atomic;
 use diffrl_learn::LearnError;
 use diffrl_learn::eval::{EvalReport, evaluate};
 use diffrl_policy::{Policy, SampleMode, checkpoint};
-use diffrl_pusht::{ObsMode, Randomization};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, RunConfig};
@@ -35,11 +37,9 @@ pub const REPORT_FILE: &str = "report.md";
 /// The heading of the section in `report.md`.
 const SECTION: &str = "## Robustness";
 
-/// A closed range `[lo, hi]`, as in [`Randomization`].
-type Range = [f64; 2];
-
 /// A sweep file (`diffrl eval --randomize FILE.toml`; the Push-T default grid is
-/// `configs/pusht_randomize.toml`). Unknown keys are errors.
+/// `configs/pusht_randomize.toml`). Unknown keys are errors: here, and (checked by the task)
+/// inside the patches.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SweepFile {
@@ -50,42 +50,15 @@ pub struct SweepFile {
     /// from the same states (`--seed` overrides it; default: `[eval].seed`).
     #[serde(default)]
     pub seed: Option<u64>,
-    /// One axis at a time around the nominal `[env.randomize]`: each value of each axis is a
-    /// setting named like `friction = [0.5, 0.5]`, with every other field nominal. Settings
-    /// appear in the order of [`Grid`]'s fields, then in the order of the values.
+    /// One axis at a time around the nominal randomisation: each key is a field of the task's
+    /// randomisation table, its value an array of values of that field; each value is a setting
+    /// named like `friction = [0.5, 0.5]`, with every other field nominal. Settings appear in
+    /// the order of the task's fields, then in the order of the values.
     #[serde(default)]
-    pub grid: Grid,
+    pub grid: toml::Table,
     /// Named settings (`[[setting]]`), after the grid's.
     #[serde(default, rename = "setting")]
     pub settings: Vec<NamedSetting>,
-}
-
-/// `[grid]`: values of single [`Randomization`] fields, each tried with the rest nominal. A
-/// range `[lo, hi]` is drawn uniformly at every reset; `[v, v]` fixes the value.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Grid {
-    /// Block mass ranges (gym-pusht: `[1.0, 1.0]`).
-    pub block_mass: Vec<Range>,
-    /// Block moment-of-inertia ranges (gym-pusht: `[3000.0, 3000.0]`).
-    pub block_inertia: Vec<Range>,
-    /// Friction coefficient ranges of all shapes (gym-pusht: `[0.0, 0.0]`).
-    pub friction: Vec<Range>,
-    /// PD proportional gain ranges (gym-pusht: `[100.0, 100.0]`).
-    pub kp: Vec<Range>,
-    /// PD derivative gain ranges (gym-pusht: `[20.0, 20.0]`).
-    pub kv: Vec<Range>,
-    /// Action delays in control steps, integer ranges (gym-pusht: `[0, 0]`).
-    pub action_delay: Vec<[u32; 2]>,
-    /// Standard deviations of the noise on observed positions, in pixels (gym-pusht: 0).
-    pub obs_noise_px: Vec<f64>,
-    /// Standard deviations of the noise on the observed angle, in radians (gym-pusht: 0);
-    /// skipped for pixel policies, which do not observe the angle.
-    pub obs_noise_rad: Vec<f64>,
-    /// Per-channel brightness multiplier ranges of pixel observations (gym-pusht:
-    /// `[1.0, 1.0]`; `[v, v]` is a brightness shift, a wider range a colour shift); skipped
-    /// for policies that observe states.
-    pub image_tint: Vec<Range>,
 }
 
 /// `[[setting]]`: a named setting.
@@ -94,206 +67,102 @@ pub struct Grid {
 pub struct NamedSetting {
     /// Row label, unique within the sweep (`nominal` is taken).
     pub name: String,
-    /// The fields that differ from the nominal `[env.randomize]`, e.g.
+    /// The fields that differ from the nominal randomisation, e.g.
     /// `{ friction = [0.0, 1.0], action_delay = [0, 3] }`; the rest stay nominal.
     #[serde(default)]
-    pub randomize: RandomizationPatch,
-}
-
-/// Any subset of [`Randomization`]'s fields (see there for their meaning and units).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RandomizationPatch {
-    /// Block mass range.
-    pub block_mass: Option<Range>,
-    /// Block moment-of-inertia range.
-    pub block_inertia: Option<Range>,
-    /// Friction coefficient range.
-    pub friction: Option<Range>,
-    /// PD proportional gain range.
-    pub kp: Option<Range>,
-    /// PD derivative gain range.
-    pub kv: Option<Range>,
-    /// Action delay range in control steps.
-    pub action_delay: Option<[u32; 2]>,
-    /// Position noise standard deviation (pixels).
-    pub obs_noise_px: Option<f64>,
-    /// Angle noise standard deviation (radians).
-    pub obs_noise_rad: Option<f64>,
-    /// Per-channel brightness multiplier range of pixel observations.
-    pub image_tint: Option<Range>,
-}
-
-impl RandomizationPatch {
-    /// `nominal` with the fields this patch sets replaced.
-    pub fn apply(&self, nominal: &Randomization) -> Randomization {
-        let mut r = nominal.clone();
-        macro_rules! set {
-            ($($field:ident),*) => {$(
-                if let Some(v) = self.$field {
-                    r.$field = v;
-                }
-            )*};
-        }
-        set!(
-            block_mass,
-            block_inertia,
-            friction,
-            kp,
-            kv,
-            action_delay,
-            obs_noise_px,
-            obs_noise_rad,
-            image_tint
-        );
-        r
-    }
-
-    /// Names of the fields this patch sets.
-    pub fn fields(&self) -> Vec<&'static str> {
-        let mut names = Vec::new();
-        macro_rules! collect {
-            ($($field:ident),*) => {$(
-                if self.$field.is_some() {
-                    names.push(stringify!($field));
-                }
-            )*};
-        }
-        collect!(
-            block_mass,
-            block_inertia,
-            friction,
-            kp,
-            kv,
-            action_delay,
-            obs_noise_px,
-            obs_noise_rad,
-            image_tint
-        );
-        names
-    }
-}
-
-/// One grid value as a setting: where it is in the file, its label and its patch.
-struct GridEntry {
-    field: &'static str,
-    index: usize,
-    name: String,
-    patch: RandomizationPatch,
-}
-
-impl Grid {
-    fn entries(&self) -> Vec<GridEntry> {
-        let mut out = Vec::new();
-        macro_rules! axes {
-            ($($field:ident),*) => {$(
-                for (index, v) in self.$field.iter().enumerate() {
-                    out.push(GridEntry {
-                        field: stringify!($field),
-                        index,
-                        name: format!("{} = {v:?}", stringify!($field)),
-                        patch: RandomizationPatch {
-                            $field: Some(*v),
-                            ..Default::default()
-                        },
-                    });
-                }
-            )*};
-        }
-        axes!(
-            block_mass,
-            block_inertia,
-            friction,
-            kp,
-            kv,
-            action_delay,
-            obs_noise_px,
-            obs_noise_rad,
-            image_tint
-        );
-        out
-    }
+    pub randomize: toml::Table,
 }
 
 /// A setting ready to run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Setting {
     /// Row label.
     pub name: String,
     /// Where it comes from: `nominal`, `grid.friction[1]`, `setting[0]`.
     pub origin: String,
-    /// The randomisation the episodes use.
-    pub randomize: Randomization,
-    /// The fields the sweep sets (empty for the nominal row).
+    /// The randomisation the episodes use (the task's whole table).
+    pub randomize: toml::Table,
+    /// The fields the sweep sets (empty for the nominal row), in the task's order.
     pub fields: Vec<String>,
+    /// The environment settings the episodes use.
+    pub env: EnvSection,
 }
 
 impl Setting {
-    /// Why this setting cannot change what a policy observing `obs` does, if it cannot: every
-    /// field it sets only affects another observation mode.
-    pub fn irrelevant_for(&self, obs: ObsMode) -> Option<String> {
-        let why = |field: &str| match field {
-            "image_tint" if obs != ObsMode::Pixels => {
-                Some("image_tint only changes pixel observations")
-            }
-            "obs_noise_rad" if obs == ObsMode::Pixels => {
-                Some("obs_noise_rad only changes the observed block angle")
-            }
-            _ => None,
-        };
-        if self.fields.is_empty() {
-            return None;
+    fn new(name: String, origin: String, env: EnvSection, fields: Vec<String>) -> Self {
+        Self {
+            name,
+            origin,
+            randomize: env.randomization().cloned().unwrap_or_default(),
+            fields,
+            env,
         }
-        let mut reasons = self
-            .fields
-            .iter()
-            .map(|f| why(f))
-            .collect::<Option<Vec<&str>>>()?;
-        reasons.dedup();
-        Some(format!(
-            "{} (the policy observes {})",
-            reasons.join("; "),
-            obs_name(obs)
-        ))
     }
-}
 
-fn obs_name(obs: ObsMode) -> &'static str {
-    match obs {
-        ObsMode::State => "states",
-        ObsMode::Keypoints => "keypoints",
-        ObsMode::Pixels => "pixels",
+    /// Why this setting cannot change what the policy observes, if it cannot: every field it
+    /// sets only affects another observation mode (the task decides).
+    pub fn irrelevant(&self) -> Option<String> {
+        self.env.unobserved(&self.fields)
     }
 }
 
 impl SweepFile {
-    /// The settings to evaluate, nominal first, each checked with the simulator's
-    /// [`Validate`]; errors name the grid value or setting (`grid.friction[1]`).
-    pub fn expand(&self, nominal: &Randomization) -> Result<Vec<Setting>, Invalid> {
-        let mut settings = vec![Setting {
-            name: "nominal".into(),
-            origin: "nominal".into(),
-            randomize: nominal.clone(),
-            fields: Vec::new(),
-        }];
-        for e in self.grid.entries() {
-            let origin = format!("grid.{}[{}]", e.field, e.index);
-            let randomize = e.patch.apply(nominal);
-            randomize
-                .validate()
-                .map_err(|i| Invalid::new(origin.clone(), i.message))?;
-            if let Some(first) = settings.iter().find(|s| s.name == e.name) {
-                return Err(Invalid::new(
-                    origin,
-                    format!("repeats {} ({})", first.origin, e.name),
-                ));
+    /// The settings to evaluate, nominal first, each patched into `nominal` and checked by its
+    /// task; errors name the grid value or setting (`grid.friction[1]`).
+    pub fn expand(&self, nominal: &EnvSection) -> Result<Vec<Setting>, Invalid> {
+        let task = nominal.task().name();
+        let base = nominal.randomization().ok_or_else(|| {
+            Invalid::new("grid", format!("task {task} has no domain randomisation"))
+        })?;
+        let known = || {
+            base.keys()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if let Some(k) = self.grid.keys().find(|k| !base.contains_key(*k)) {
+            return Err(Invalid::new(
+                "grid",
+                format!(
+                    "unknown field `{k}` of task {task}'s randomisation, expected one of {}",
+                    known()
+                ),
+            ));
+        }
+        let mut settings = vec![Setting::new(
+            "nominal".into(),
+            "nominal".into(),
+            nominal.clone(),
+            Vec::new(),
+        )];
+        for field in base.keys() {
+            let Some(values) = self.grid.get(field) else {
+                continue;
+            };
+            let values = values.as_array().ok_or_else(|| {
+                Invalid::new(
+                    format!("grid.{field}"),
+                    "must be an array of values, one setting each",
+                )
+            })?;
+            for (index, v) in values.iter().enumerate() {
+                let origin = format!("grid.{field}[{index}]");
+                let mut patch = toml::Table::new();
+                patch.insert(field.clone(), v.clone());
+                let env = nominal
+                    .with_randomization(&patch)
+                    .map_err(|i| Invalid::new(origin.clone(), i.message))?;
+                // The value as the task read it (`[1, 1]` for a float range reads [1.0, 1.0]).
+                let resolved = env.randomization().and_then(|r| r.get(field)).unwrap_or(v);
+                let name = format!("{field} = {resolved}");
+                if let Some(first) = settings.iter().find(|s| s.name == name) {
+                    return Err(Invalid::new(
+                        origin,
+                        format!("repeats {} ({name})", first.origin),
+                    ));
+                }
+                settings.push(Setting::new(name, origin, env, vec![field.clone()]));
             }
-            settings.push(Setting {
-                name: e.name,
-                origin,
-                randomize,
-                fields: vec![e.field.to_string()],
-            });
         }
         for (i, s) in self.settings.iter().enumerate() {
             let origin = format!("setting[{i}]");
@@ -308,19 +177,20 @@ impl SweepFile {
                     format!("{:?} is already the name of {}", s.name, first.origin),
                 ));
             }
-            let randomize = s.randomize.apply(nominal);
-            randomize.validate().map_err(|e| {
-                Invalid::new(
-                    format!("{origin}.randomize.{}", e.field),
-                    format!("{} (setting {:?})", e.message, s.name),
-                )
+            let env = nominal.with_randomization(&s.randomize).map_err(|e| {
+                let field = if e.field.is_empty() {
+                    format!("{origin}.randomize")
+                } else {
+                    format!("{origin}.randomize.{}", e.field)
+                };
+                Invalid::new(field, format!("{} (setting {:?})", e.message, s.name))
             })?;
-            settings.push(Setting {
-                name: s.name.clone(),
-                origin,
-                randomize,
-                fields: s.randomize.fields().into_iter().map(String::from).collect(),
-            });
+            let fields = base
+                .keys()
+                .filter(|k| s.randomize.contains_key(*k))
+                .cloned()
+                .collect();
+            settings.push(Setting::new(s.name.clone(), origin, env, fields));
         }
         ensure(
             settings.len() > 1,
@@ -333,11 +203,10 @@ impl SweepFile {
 }
 
 impl Validate for SweepFile {
-    /// Checks the file on its own: each field of [`Randomization`] is validated independently,
-    /// so a value valid around gym-pusht's defaults is valid around any valid nominal.
+    /// Checks what needs no task; the settings are checked by [`SweepFile::expand`] against
+    /// the run config's task.
     fn validate(&self) -> Result<(), Invalid> {
-        ensure(self.episodes != Some(0), "episodes", "must be at least 1")?;
-        self.expand(&Randomization::default()).map(|_| ())
+        ensure(self.episodes != Some(0), "episodes", "must be at least 1")
     }
 }
 
@@ -348,8 +217,8 @@ pub struct RobustnessRow {
     pub name: String,
     /// Where it comes from in the sweep file (`nominal`, `grid.kp[0]`, `setting[2]`).
     pub origin: String,
-    /// The randomisation used.
-    pub randomize: Randomization,
+    /// The randomisation used (the task's whole table).
+    pub randomize: toml::Table,
     /// Episodes played.
     pub episodes: usize,
     /// Successful episodes.
@@ -388,8 +257,11 @@ pub struct RobustnessTable {
     pub sweep: PathBuf,
     /// The run config (`None`: the embedded configs/pusht.toml).
     pub config: Option<PathBuf>,
-    /// What the policy observes.
-    pub obs: ObsMode,
+    /// What the policy observes ([env], in the task's word).
+    pub obs: String,
+    /// The table the settings patch (`env.randomize`), for the report.
+    #[serde(skip)]
+    pub randomization: String,
     /// Episodes per setting.
     pub episodes: usize,
     /// Root seed shared by every setting.
@@ -464,16 +336,21 @@ impl RobustnessTable {
     /// The section body shared by `robustness.md` and `report.md`: settings, table, skips.
     pub fn markdown_body(&self) -> String {
         let config = self.config.as_ref().map_or_else(
-            || "the embedded `configs/pusht.toml`".to_string(),
+            || {
+                let origin = crate::tasks::default_config(crate::tasks::DEFAULT_TASK)
+                    .map_or("default config", |c| c.origin);
+                format!("the embedded `{origin}`")
+            },
             |p| format!("`{}`", p.display()),
         );
         let mut s = format!(
-            "Policy `{}` under the settings of `{}` around the nominal `[env.randomize]` of \
+            "Policy `{}` under the settings of `{}` around the nominal `[{}]` of \
              {config}: {} episodes per setting, root seed {}, {} environments, {} chains. Every \
              setting starts from the same states. Success with Wilson 95% intervals; Δ in \
              percentage points of success and in mean max score. Wall time {:.0} s.\n\n",
             self.policy.display(),
             self.sweep.display(),
+            self.randomization,
             self.episodes,
             self.seed,
             self.envs,
@@ -554,7 +431,7 @@ fn run_settings<B: Backend>(
     for (k, s) in settings.iter().enumerate() {
         pb.set_message(s.name.clone());
         let mut setting_cfg = cfg.clone();
-        setting_cfg.env.randomize = s.randomize.clone();
+        setting_cfg.env = s.env.clone();
         // As run_eval builds it, so the nominal row equals `diffrl eval`.
         let mut venv = vec_env(&setting_cfg, cfg.eval.envs.min(episodes.max(1)));
         let done = (k * episodes) as u64;
@@ -589,20 +466,14 @@ pub fn robustness_cmd(
     let (mut cfg, _) = config::load(args.config.as_deref())?;
     // --action-delay moves the nominal setting, as it moves a plain `diffrl eval`.
     if let Some(d) = args.action_delay {
-        cfg.env.randomize.action_delay = [d, d];
-        cfg.env
-            .randomize
-            .validate()
-            .map_err(|i| anyhow::anyhow!("--action-delay {d}: {}", i.message))?;
+        config::set_action_delay(&mut cfg, d)?;
     }
     let sweep: SweepFile = diffrl_core::config::load(sweep_path)?;
-    let all = sweep
-        .expand(&cfg.env.randomize)
-        .map_err(|i| ConfigError::Invalid {
-            path: sweep_path.to_path_buf(),
-            field: i.field,
-            message: i.message,
-        })?;
+    let all = sweep.expand(&cfg.env).map_err(|i| ConfigError::Invalid {
+        path: sweep_path.to_path_buf(),
+        field: i.field,
+        message: i.message,
+    })?;
     let episodes = args
         .episodes
         .or(sweep.episodes)
@@ -614,11 +485,11 @@ pub fn robustness_cmd(
     } else {
         SampleMode::Deterministic
     };
-    let obs = cfg.env.obs;
+    let obs = cfg.env.observation();
     let mut settings = Vec::new();
     let mut skipped = Vec::new();
     for s in all {
-        match s.irrelevant_for(obs) {
+        match s.irrelevant() {
             Some(reason) => skipped.push(SkippedSetting {
                 name: s.name,
                 origin: s.origin,
@@ -670,6 +541,7 @@ pub fn robustness_cmd(
         sweep: sweep_path.to_path_buf(),
         config: args.config.clone(),
         obs,
+        randomization: format!("env.{}", cfg.env.task().randomization_key().unwrap_or("")),
         episodes,
         seed,
         envs: cfg.eval.envs.min(episodes),
@@ -716,8 +588,31 @@ pub fn write_table(dir: &Path, table: &RobustnessTable) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<SweepFile, ConfigError> {
-        diffrl_core::config::from_toml_str(text, Path::new("configs/x.toml"))
+    /// The sweep file `text`, parsed and expanded around `nominal`; errors as the command
+    /// reports them (`configs/x.toml: grid.kp[0]: ...`).
+    fn expand(text: &str, nominal: &EnvSection) -> Result<Vec<Setting>, ConfigError> {
+        let origin = Path::new("configs/x.toml");
+        let sweep: SweepFile = diffrl_core::config::from_toml_str(text, origin)?;
+        sweep.expand(nominal).map_err(|i| ConfigError::Invalid {
+            path: origin.to_path_buf(),
+            field: i.field,
+            message: i.message,
+        })
+    }
+
+    /// The embedded default config's environment (Push-T, through the registry), with `patch`
+    /// (TOML text) laid over its randomisation.
+    fn nominal(patch: &str) -> EnvSection {
+        let (cfg, _) = config::load(None).unwrap();
+        cfg.env
+            .with_randomization(&toml::from_str(patch).unwrap())
+            .unwrap()
+    }
+
+    /// `env` observing `obs`.
+    fn observing(env: &EnvSection, obs: &str) -> EnvSection {
+        env.patched(&toml::from_str(&format!("obs = {obs:?}")).unwrap())
+            .unwrap()
     }
 
     fn names(s: &[Setting]) -> Vec<&str> {
@@ -727,15 +622,15 @@ mod tests {
     #[test]
     fn shipped_default_grid_parses_and_expands() {
         let text = include_str!("../../../configs/pusht_randomize.toml");
-        let sweep = parse(text).unwrap();
-        let settings = sweep.expand(&Randomization::default()).unwrap();
+        let state = observing(&nominal(""), "state");
+        let settings = expand(text, &state).unwrap();
         assert_eq!(settings[0].name, "nominal");
         assert!(settings.len() > 10, "{:?}", names(&settings));
         assert!(names(&settings).contains(&"action_delay = [4, 4]"));
-        // A state policy skips only the image settings; a pixel policy the angle noise.
+        // A state policy skips only the image settings.
         let skipped_state: Vec<_> = settings
             .iter()
-            .filter(|s| s.irrelevant_for(ObsMode::State).is_some())
+            .filter(|s| s.irrelevant().is_some())
             .collect();
         assert!(!skipped_state.is_empty());
         assert!(
@@ -747,19 +642,14 @@ mod tests {
 
     #[test]
     fn grid_expands_one_axis_at_a_time_around_nominal() {
-        let sweep = parse(
-            "episodes = 3\nseed = 7\n[grid]\nfriction = [[0.0, 0.0], [0.5, 1.0]]\n\
+        let text = "episodes = 3\nseed = 7\n[grid]\nfriction = [[0.0, 0.0], [0.5, 1.0]]\n\
              action_delay = [[2, 2]]\nobs_noise_px = [2.0]\n\
              [[setting]]\nname = \"rough and late\"\n\
-             randomize = { friction = [0.0, 1.0], action_delay = [0, 3] }\n",
-        )
-        .unwrap();
+             randomize = { action_delay = [0, 3], friction = [0.0, 1.0] }\n";
+        let sweep: SweepFile = toml::from_str(text).unwrap();
         assert_eq!((sweep.episodes, sweep.seed), (Some(3), Some(7)));
-        let nominal = Randomization {
-            kp: [80.0, 80.0],
-            ..Randomization::default()
-        };
-        let s = sweep.expand(&nominal).unwrap();
+        let nominal = nominal("kp = [80.0, 80.0]");
+        let s = expand(text, &nominal).unwrap();
         assert_eq!(
             names(&s),
             [
@@ -771,30 +661,31 @@ mod tests {
                 "rough and late"
             ]
         );
-        assert_eq!(s[0].randomize, nominal);
-        assert_eq!(
-            s[2].randomize,
-            Randomization {
-                friction: [0.5, 1.0],
-                ..nominal.clone()
-            }
-        );
+        assert_eq!(s[0].env, nominal);
+        let with = |patch: &str| {
+            nominal
+                .with_randomization(&toml::from_str(patch).unwrap())
+                .unwrap()
+        };
+        assert_eq!(s[2].env, with("friction = [0.5, 1.0]"));
+        assert_eq!(&s[2].randomize, s[2].env.randomization().unwrap());
+        assert_eq!(s[2].randomize["kp"], nominal.randomization().unwrap()["kp"]);
         assert_eq!(s[2].origin, "grid.friction[1]");
         assert_eq!(
-            s[5].randomize,
-            Randomization {
-                friction: [0.0, 1.0],
-                action_delay: [0, 3],
-                ..nominal.clone()
-            }
+            s[5].env,
+            with("friction = [0.0, 1.0]\naction_delay = [0, 3]")
         );
+        // Fields in the task's order, whatever the file's.
         assert_eq!(s[5].fields, ["friction", "action_delay"]);
         assert_eq!(s[5].origin, "setting[0]");
+        // A value is named as the task read it.
+        let s = expand("[grid]\nfriction = [[1, 1]]\n", &nominal).unwrap();
+        assert_eq!(s[1].name, "friction = [1.0, 1.0]");
     }
 
     #[test]
     fn errors_name_the_file_the_setting_and_the_field() {
-        let err = |text: &str| parse(text).unwrap_err().to_string();
+        let err = |text: &str| expand(text, &nominal("")).unwrap_err().to_string();
         let e = err("[grid]\nfriction = [[0.0, 0.0], [1.0, 0.5]]\n");
         assert_eq!(
             e,
@@ -835,6 +726,8 @@ mod tests {
         // A scalar where a range belongs is a type error at that key.
         let e = err("[grid]\nfriction = [0.5]\n");
         assert!(e.contains("grid.friction"), "{e}");
+        let e = err("[grid]\nfriction = 0.5\n");
+        assert!(e.contains("grid.friction: must be an array"), "{e}");
         // Names, counts and emptiness.
         let e = err("episodes = 0\n[grid]\nkp = [[90.0, 90.0]]\n");
         assert!(e.ends_with("episodes: must be at least 1"), "{e}");
@@ -852,72 +745,55 @@ mod tests {
     }
 
     #[test]
-    fn grid_and_patch_cover_every_randomization_field() {
-        // A field added to Randomization must be added to Grid and RandomizationPatch too:
-        // both deny unknown fields, so this fails until it is.
-        let full = Randomization {
-            block_mass: [0.5, 2.0],
-            block_inertia: [1000.0, 5000.0],
-            friction: [0.1, 0.2],
-            kp: [50.0, 60.0],
-            kv: [5.0, 6.0],
-            action_delay: [1, 3],
-            obs_noise_px: 1.5,
-            obs_noise_rad: 0.25,
-            image_tint: [0.5, 1.5],
-        };
-        let table = toml::Table::try_from(&full).unwrap();
-        let patch: RandomizationPatch = table.clone().try_into().unwrap();
-        assert_eq!(patch.apply(&Randomization::default()), full);
-        assert_eq!(patch.fields().len(), table.len());
-        let grid_table: toml::Table = table
-            .into_iter()
-            .map(|(k, v)| (k, toml::Value::Array(vec![v])))
+    fn every_field_of_the_tasks_randomisation_can_be_swept() {
+        // The grid knows no field list: every field of the task's table is an axis.
+        let nominal = nominal("");
+        let table = nominal.randomization().unwrap().clone();
+        let grid: toml::Table = table
+            .iter()
+            .map(|(k, v)| (k.clone(), toml::Value::Array(vec![v.clone()])))
             .collect();
-        let grid: Grid = grid_table.clone().try_into().unwrap();
-        let entries = grid.entries();
-        assert_eq!(entries.len(), grid_table.len());
-        for e in entries {
-            let r = e.patch.apply(&Randomization::default());
-            assert_ne!(r, Randomization::default(), "{}", e.name);
-            assert_eq!(e.patch.fields(), [e.field]);
+        let sweep = SweepFile {
+            grid,
+            ..SweepFile::default()
+        };
+        let s = sweep.expand(&nominal).unwrap();
+        assert_eq!(s.len(), table.len() + 1);
+        for (setting, field) in s[1..].iter().zip(table.keys()) {
+            assert_eq!(setting.fields, std::slice::from_ref(field));
+            assert_eq!(setting.env, nominal, "{}", setting.name);
         }
     }
 
     #[test]
     fn observation_only_settings_are_skipped_for_the_other_modes() {
-        let sweep = parse(
-            "[grid]\nimage_tint = [[0.5, 0.5]]\nobs_noise_rad = [0.1]\n\
+        let text = "[grid]\nimage_tint = [[0.5, 0.5]]\nobs_noise_rad = [0.1]\n\
              [[setting]]\nname = \"mixed\"\nrandomize = { image_tint = [0.8, 1.2], kp = [90.0, 90.0] }\n\
-             [[setting]]\nname = \"same as nominal\"\n",
-        )
-        .unwrap();
-        let s = sweep.expand(&Randomization::default()).unwrap();
-        let skipped = |obs| {
-            s.iter()
-                .filter(|x| x.irrelevant_for(obs).is_some())
-                .map(|x| x.name.as_str())
+             [[setting]]\nname = \"same as nominal\"\n";
+        let skipped = |obs: &str| {
+            expand(text, &observing(&nominal(""), obs))
+                .unwrap()
+                .iter()
+                .filter(|x| x.irrelevant().is_some())
+                .map(|x| x.name.clone())
                 .collect::<Vec<_>>()
         };
-        assert_eq!(skipped(ObsMode::State), ["image_tint = [0.5, 0.5]"]);
-        assert_eq!(skipped(ObsMode::Keypoints), ["image_tint = [0.5, 0.5]"]);
-        assert_eq!(skipped(ObsMode::Pixels), ["obs_noise_rad = 0.1"]);
+        assert_eq!(skipped("state"), ["image_tint = [0.5, 0.5]"]);
+        assert_eq!(skipped("keypoints"), ["image_tint = [0.5, 0.5]"]);
+        assert_eq!(skipped("pixels"), ["obs_noise_rad = 0.1"]);
+        let s = expand(text, &observing(&nominal(""), "state")).unwrap();
         assert_eq!(
             s[2].name, "image_tint = [0.5, 0.5]",
             "grid order, not file order"
         );
-        let why = s[2].irrelevant_for(ObsMode::State).unwrap();
         assert_eq!(
-            why,
+            s[2].irrelevant().unwrap(),
             "image_tint only changes pixel observations (the policy observes states)"
         );
     }
 
     fn table() -> RobustnessTable {
-        let settings = parse("[grid]\nfriction = [[1.0, 1.0]]\n")
-            .unwrap()
-            .expand(&Randomization::default())
-            .unwrap();
+        let settings = expand("[grid]\nfriction = [[1.0, 1.0]]\n", &nominal("")).unwrap();
         let report = |successes: usize, score: f64| EvalReport {
             episodes: 10,
             successes,
@@ -933,7 +809,8 @@ mod tests {
             policy: "runs/x/policy".into(),
             sweep: "s.toml".into(),
             config: None,
-            obs: ObsMode::State,
+            obs: "state".into(),
+            randomization: "env.randomize".into(),
             episodes: 10,
             seed: 1,
             envs: 2,

@@ -587,7 +587,7 @@ pub fn remote_eval_cmd(
 ) -> anyhow::Result<()> {
     let (mut cfg, _) = crate::config::load(args.config.as_deref())?;
     if let Some(d) = args.action_delay {
-        cfg.env.randomize.action_delay = [d, d];
+        crate::config::set_action_delay(&mut cfg, d)?;
     }
     let episodes = args.episodes.unwrap_or(cfg.eval.episodes);
     anyhow::ensure!(episodes >= 1, "--episodes must be at least 1");
@@ -608,7 +608,7 @@ pub fn remote_eval_cmd(
     doc["remote"] = json!({
         "url": url,
         "timing": timing,
-        "action_delay_steps": cfg.env.randomize.action_delay[0],
+        "action_delay_steps": crate::config::action_delay(&cfg),
     });
     diffrl_core::fs::write_atomic(&path, &serde_json::to_vec_pretty(&doc)?)
         .with_context(|| format!("writing {}", path.display()))?;
@@ -622,7 +622,7 @@ pub fn remote_eval_cmd(
         timing.p99_ms,
         timing.injected_round_trip_ms,
         timing.infer_p50_ms,
-        cfg.env.randomize.action_delay[0]
+        crate::config::action_delay(&cfg)
     )?;
     writeln!(out, "wrote {}", path.display())?;
     Ok(())

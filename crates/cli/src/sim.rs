@@ -1,4 +1,4 @@
-//! `diffrl sim pusht`: replay actions or the expert from a chosen start and print each step.
+//! `diffrl sim TASK`: replay actions or the expert from a chosen start and print each step.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -6,39 +6,41 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Args;
 use diffrl_core::Env;
+use diffrl_core::dyn_env::DynEnv;
 use diffrl_core::record::{Recorder, StepSeries, Timeline};
-use diffrl_pusht::{Expert, PushT};
+use diffrl_core::task::TaskEnv;
 use serde_json::json;
 
 use crate::demos::{Dart, run_expert_from_current};
 
-/// Arguments of `diffrl sim pusht`.
+/// Arguments of `diffrl sim TASK`.
 #[derive(Debug, Args)]
 pub struct SimArgs {
-    /// Simulator (only `pusht` so far).
+    /// Task (`pusht`; crates/cli/src/tasks.rs lists them).
     pub task: String,
-    /// Start state `ax,ay,bx,by,angle` with gym-pusht's `reset_to_state` meaning (legacy quirk
-    /// included: the block position is set before the angle).
+    /// Start from this full state instead of a seeded reset (Push-T: `ax,ay,bx,by,angle` with
+    /// gym-pusht's `reset_to_state` meaning, legacy quirk included: the block position is set
+    /// before the angle).
     #[arg(long, value_name = "AX,AY,BX,BY,ANGLE", conflicts_with = "seed")]
     pub init_state: Option<String>,
     /// Seeded reset instead of --init-state.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// JSON file holding an array of [x, y] targets to execute.
+    /// JSON file holding an array of actions (Push-T: [x, y] targets) to execute.
     #[arg(long, value_name = "FILE.json", conflicts_with = "expert")]
     pub actions: Option<PathBuf>,
-    /// Let the configured expert ([expert].kind) act until the episode ends.
+    /// Let the configured expert ([expert]) act until the episode ends.
     #[arg(long)]
     pub expert: bool,
     /// Print one JSON object per line (step 0 = the reset observation).
     #[arg(long)]
     pub json: bool,
-    /// Run config whose [env] and [expert] tables apply (default: the embedded Push-T config).
+    /// Run config whose [env] and [expert] tables apply (default: the task's own config).
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
 
-fn parse_state(s: &str) -> anyhow::Result<[f64; 5]> {
+fn parse_state(s: &str) -> anyhow::Result<Vec<f64>> {
     let v: Vec<f64> = s
         .split(',')
         .map(|x| {
@@ -47,38 +49,38 @@ fn parse_state(s: &str) -> anyhow::Result<[f64; 5]> {
                 .with_context(|| format!("--init-state: {x:?} is not a number"))
         })
         .collect::<anyhow::Result<_>>()?;
-    let arr: [f64; 5] = v.try_into().map_err(|v: Vec<f64>| {
-        anyhow::anyhow!(
-            "--init-state needs 5 comma-separated numbers ax,ay,bx,by,angle, got {}",
-            v.len()
-        )
-    })?;
-    if let Some(i) = arr.iter().position(|x| !x.is_finite()) {
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
         bail!("--init-state: component {i} is not finite");
     }
-    Ok(arr)
+    Ok(v)
 }
 
-fn read_actions(path: &PathBuf) -> anyhow::Result<Vec<[f32; 2]>> {
+fn read_actions(path: &PathBuf, dim: usize) -> anyhow::Result<Vec<Vec<f32>>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading actions file {}", path.display()))?;
-    let v: Vec<Vec<f64>> = serde_json::from_str(&text)
-        .with_context(|| format!("{}: expected a JSON array of [x, y] pairs", path.display()))?;
+    let v: Vec<Vec<f64>> = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: expected a JSON array of actions of {dim} numbers",
+            path.display()
+        )
+    })?;
     v.iter()
         .enumerate()
-        .map(|(i, a)| match a.as_slice() {
-            [x, y] => Ok([*x as f32, *y as f32]),
-            _ => bail!(
-                "{}: action {i} has {} values, expected 2 ([x, y])",
-                path.display(),
-                a.len()
-            ),
+        .map(|(i, a)| {
+            if a.len() != dim {
+                bail!(
+                    "{}: action {i} has {} values, expected {dim}",
+                    path.display(),
+                    a.len()
+                );
+            }
+            Ok(a.iter().map(|&x| x as f32).collect())
         })
         .collect()
 }
 
 /// Logs the scene (and the step's reward) at a new `env_step`.
-fn record(rec: &dyn Recorder, env: &PushT, reward: Option<f32>) {
+fn record(rec: &dyn Recorder, env: &DynEnv, reward: Option<f32>) {
     if !rec.enabled() {
         return;
     }
@@ -97,9 +99,7 @@ pub fn run(
     rerun: Option<&diffrl_viz::RerunSink>,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    if args.task != "pusht" {
-        bail!("unknown simulator {:?}; available: pusht", args.task);
-    }
+    let (cfg, _) = crate::config::load_for(&args.task, args.config.as_deref())?;
     let recording = crate::viz::Recording::open(
         rerun,
         diffrl_viz::RerunSink::Off,
@@ -108,16 +108,17 @@ pub fn run(
         &mut std::io::stderr(),
     )?;
     let rec = recording.recorder();
-    let (cfg, _) = crate::config::load(args.config.as_deref())?;
+    let mut env = cfg.env.build();
     let actions = match (&args.actions, args.expert) {
-        (Some(p), false) => Some(read_actions(p)?),
+        (Some(p), false) => Some(read_actions(p, env.action_space().dim())?),
         (None, true) => None,
         _ => bail!("give either --actions FILE.json or --expert"),
     };
-    let mut env = PushT::builder().config(cfg.env.clone()).build();
     let seed = args.seed.unwrap_or(0);
     let obs = match &args.init_state {
-        Some(s) => env.reset_to_state(parse_state(s)?, seed)?,
+        Some(s) => env
+            .reset_to_state(&parse_state(s)?, seed)
+            .context("--init-state")?,
         None => env.reset(seed),
     };
     let line = |out: &mut dyn Write, v: serde_json::Value| -> anyhow::Result<()> {
@@ -130,8 +131,8 @@ pub fn run(
         writeln!(out, "step 0: observation {:?}", obs.state)?;
     }
     let mut step = 0usize;
-    let mut report = |env: &PushT,
-                      action: [f32; 2],
+    let mut report = |env: &DynEnv,
+                      action: &[f32],
                       r: &diffrl_core::StepResult,
                       out: &mut dyn Write|
      -> anyhow::Result<()> {
@@ -144,19 +145,10 @@ pub fn run(
                        "success": r.info.success, "clamped": r.info.clamped, "terminated": r.terminated, "truncated": r.truncated}),
             )
         } else {
-            let s = env.true_state();
             Ok(writeln!(
                 out,
-                "step {step:3}: target ({:6.1}, {:6.1})  agent ({:6.1}, {:6.1})  block ({:6.1}, {:6.1}, {:5.3} rad)  coverage {:.3}{}",
-                action[0],
-                action[1],
-                s[0],
-                s[1],
-                s[2],
-                s[3],
-                s[4],
-                r.info.score,
-                if r.info.success { "  SUCCESS" } else { "" }
+                "step {step:3}: {}",
+                env.describe_step(action, r)
             )?)
         }
     };
@@ -164,18 +156,21 @@ pub fn run(
         Some(acts) => {
             for a in acts {
                 let r = env.step(&a)?;
-                report(&env, a, &r, out)?;
+                report(&env, &a, &r, out)?;
                 if r.terminated || r.truncated {
                     break;
                 }
             }
         }
         None => {
-            let mut expert = Expert::new(cfg.expert.clone(), seed);
+            let mut expert = cfg.expert.build(seed).with_context(|| {
+                format!("--expert: task {} has no expert", cfg.env.task().name())
+            })?;
             let mut err = None;
             run_expert_from_current(
                 &mut env,
                 &mut expert,
+                &cfg.env.task().dataset().instruction,
                 args.seed,
                 &mut Dart::new(0.0, 0),
                 &mut |env, a, r| {

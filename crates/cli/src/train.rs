@@ -8,6 +8,8 @@ use anyhow::{Context, bail};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::{Args, ValueEnum};
 use diffrl_core::Episode;
+use diffrl_core::dyn_env::DynEnv;
+use diffrl_core::dyn_task::EnvSection;
 use diffrl_core::env::Env;
 use diffrl_core::fs::write_atomic;
 use diffrl_core::lerobot::read_dataset;
@@ -18,7 +20,6 @@ use diffrl_learn::bc::{self, BcHooks, BcLog};
 use diffrl_learn::data::{ChunkDataset, fit_normalizers};
 use diffrl_learn::eval::{EvalReport, evaluate_recorded};
 use diffrl_policy::{Policy, PolicySpec, SampleMode, checkpoint};
-use diffrl_pusht::{ObsMode, PushT, keypoint_observation};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{self, RunConfig};
@@ -122,21 +123,18 @@ impl EvalArgs {
     }
 }
 
-/// Replaces recorded 5-d states by their keypoint observations (18-d), in place.
-pub(crate) fn to_keypoints(episodes: &mut [Episode]) -> anyhow::Result<()> {
+/// Replaces the recorded states of `episodes` by what an environment of `env` observes there
+/// (Push-T keypoint policies: the keypoints of the 5-d states), in place.
+pub(crate) fn observe_recorded(env: &EnvSection, episodes: &mut [Episode]) -> anyhow::Result<()> {
     for (i, ep) in episodes.iter_mut().enumerate() {
         for o in ep
             .observations
             .iter_mut()
             .chain(ep.final_observation.as_mut())
         {
-            o.state = keypoint_observation(&o.state).with_context(|| {
-                format!(
-                    "episode {i} holds {}-d states; keypoints are computed from Push-T's 5-d \
-                     states [agent_x, agent_y, block_x, block_y, angle]",
-                    o.state.len()
-                )
-            })?;
+            o.state = env
+                .observe_recorded(&o.state)
+                .map_err(|m| anyhow::anyhow!("episode {i} {m}"))?;
         }
     }
     Ok(())
@@ -144,7 +142,7 @@ pub(crate) fn to_keypoints(episodes: &mut [Episode]) -> anyhow::Result<()> {
 
 /// The policy spec the configured environment produces.
 pub fn env_spec(cfg: &RunConfig) -> anyhow::Result<PolicySpec> {
-    let env = PushT::builder().config(cfg.env.clone()).build();
+    let env = cfg.env.build();
     let space = env.observation_space();
     let state_dim = space.state.as_ref().map_or(0, |s| s.dim());
     Ok(PolicySpec {
@@ -172,10 +170,8 @@ pub(crate) fn check_spec(policy: &PolicySpec, env: &PolicySpec, what: &str) -> a
     Ok(())
 }
 
-pub(crate) fn vec_env(cfg: &RunConfig, envs: usize) -> VecEnv<PushT> {
-    let worlds = (0..envs)
-        .map(|_| PushT::builder().config(cfg.env.clone()).build())
-        .collect();
+pub(crate) fn vec_env(cfg: &RunConfig, envs: usize) -> VecEnv<DynEnv> {
+    let worlds = (0..envs).map(|_| cfg.env.build()).collect();
     VecEnv::new(worlds, AutoReset::SameStep, cfg.run.threads)
 }
 
@@ -413,16 +409,20 @@ pub fn pretrain_recorded<B: AutodiffBackend>(
 ) -> anyhow::Result<Option<EvalReport>> {
     let ds = read_dataset(dataset).with_context(|| {
         format!(
-            "reading the training dataset {} (record one with `diffrl demos pusht --out DIR` \
+            "reading the training dataset {} (record one with `diffrl demos {} --out DIR` \
              or pass --dataset)",
-            dataset.display()
+            dataset.display(),
+            cfg.task
         )
     })?;
     let mut episodes = ds.episodes("observation.state")?;
-    if cfg.env.obs == ObsMode::Keypoints {
-        to_keypoints(&mut episodes)
-            .with_context(|| format!("[env].obs = \"keypoints\" with {}", dataset.display()))?;
-    }
+    observe_recorded(&cfg.env, &mut episodes).with_context(|| {
+        format!(
+            "[env] observes {} with {}",
+            cfg.env.observation(),
+            dataset.display()
+        )
+    })?;
     let norm = fit_normalizers(&episodes)
         .with_context(|| format!("checking the dataset {}", dataset.display()))?;
     let env = env_spec(cfg)?;
@@ -603,7 +603,7 @@ pub fn eval_cmd(
     }
     let (mut cfg, _) = config::load(args.config.as_deref())?;
     if let Some(d) = args.action_delay {
-        cfg.env.randomize.action_delay = [d, d];
+        config::set_action_delay(&mut cfg, d)?;
     }
     let episodes = args.episodes.unwrap_or(cfg.eval.episodes);
     anyhow::ensure!(episodes >= 1, "--episodes must be at least 1");

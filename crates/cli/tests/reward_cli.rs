@@ -5,13 +5,19 @@ use std::path::Path;
 mod common;
 use common::*;
 
+/// A tiny config observing states, or `extra`'s observation (an `obs = ...` line).
 fn config(dir: &Path, name: &str, extra: &str) -> String {
     let p = dir.join(name);
+    let obs = if extra.is_empty() {
+        "obs = \"state\"\n"
+    } else {
+        extra
+    };
     std::fs::write(
         &p,
         format!(
             "[run]\nname = \"t\"\nruns_dir = \"{}\"\nthreads = 1\n\
-             [env]\nmax_episode_steps = 16\n{extra}\
+             [env]\nmax_episode_steps = 16\n{obs}\
              [policy]\npred_horizon = 4\naction_horizon = 2\n\
              [policy.denoiser]\nhidden = 16\nblocks = 1\n\
              [policy.diffusion]\ntrain_steps = 8\ndenoising_steps = 4\n\

@@ -24,7 +24,7 @@ fn tiny_policy(dir: &Path) -> (String, String) {
         "c.toml",
         &format!(
             "[run]\nname = \"t\"\nruns_dir = \"{}\"\nthreads = 1\n\
-             [env]\nmax_episode_steps = 24\n\
+             [env]\nobs = \"state\"\nmax_episode_steps = 24\n\
              [policy]\npred_horizon = 4\naction_horizon = 2\n\
              [policy.denoiser]\nhidden = 16\nblocks = 1\n\
              [policy.diffusion]\ntrain_steps = 8\ndenoising_steps = 4\n\

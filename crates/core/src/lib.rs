@@ -2,6 +2,11 @@
 //!
 //! - [`space`]: observation and action spaces with bounds (state vectors, images, text).
 //! - [`env`]: the [`Env`] trait (seeded reset, step, snapshot/restore) every simulator implements.
+//! - [`task`]: the [`task::Task`] trait a simulator crate implements once to become a task of the
+//!   tools (config tables, expert, stages, rendering, randomisation axes).
+//! - [`dyn_task`]: tasks held by name ([`dyn_task::TaskRegistry`]) and their type-erased config
+//!   tables ([`dyn_task::EnvSection`], [`dyn_task::ExpertSection`]).
+//! - [`dyn_env`]: any task's environment and expert behind one type ([`dyn_env::DynEnv`]).
 //! - [`vec_env`]: [`VecEnv`], N environments stepped in parallel with autoreset.
 //! - [`episode`]: episode and rollout storage.
 //! - [`normalize`]: running statistics and normalisers stored with models.
@@ -11,11 +16,14 @@
 //! - [`lerobot`]: LeRobot v3.0 dataset folders (write and read).
 //! - [`seeding`]: deterministic seed derivation.
 //! - [`fs`]: atomic file writes (temp file + rename).
-//! - [`scene`]: 2-D drawing primitives a simulator hands to a recorder ([`scene::Scene2d`]).
+//! - [`scene`]: what a simulator hands to a recorder to be drawn ([`scene::Scene`]): 2-D shapes,
+//!   3-D bodies with transforms, camera images.
 //! - [`record`]: the [`record::Recorder`] trait (viewer logging) and its no-op.
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod dyn_env;
+pub mod dyn_task;
 pub mod env;
 pub mod episode;
 pub mod error;
@@ -29,6 +37,7 @@ pub mod scene;
 pub mod seeding;
 pub mod space;
 pub mod stages;
+pub mod task;
 pub mod vec_env;
 
 pub use env::{Env, Info, StepResult};

@@ -3,14 +3,14 @@
 //! records nothing and costs nothing.
 //!
 //! Callers check [`Recorder::enabled`] before building anything they would only build for the
-//! recorder (a [`Scene2d`], a de-normalised chain), so an off recorder allocates nothing per
+//! recorder (a [`Scene`], a de-normalised chain), so an off recorder allocates nothing per
 //! step. Every method has a no-op default; a recorder never fails the caller (sink errors are
 //! the recorder's to report).
 //!
 //! Time: a recorder keeps one clock per [`Timeline`]. Scenes, policy calls and episode ends are
 //! stamped with the current `env_step` (and `train_step` when set); series carry their own steps.
 
-use crate::scene::Scene2d;
+use crate::scene::Scene;
 
 /// The timelines a recording is indexed by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -166,7 +166,7 @@ pub trait Recorder: Send + Sync {
         0
     }
     /// The recorded environment's scene at the current `env_step`.
-    fn scene(&self, _scene: &Scene2d) {}
+    fn scene(&self, _scene: &Scene) {}
     /// A policy call of the recorded environment: executed and predicted chunks, the chain.
     fn policy_call(&self, _call: &PolicyCall<'_>) {}
     /// Values of consecutive environment steps `first_env_step, first_env_step + 1, ...`.
@@ -204,7 +204,7 @@ mod tests {
         assert!(!r.enabled());
         r.set_time(Timeline::EnvStep, 3);
         assert_eq!(r.tick(Timeline::EnvStep), 0);
-        r.scene(&Scene2d::default());
+        r.scene(&Scene::default());
         r.train_scalars(1, &[(Topic::Loss, "bc", 0.5)]);
         r.flush();
         let names: Vec<_> = Topic::ALL.iter().map(|t| t.name()).collect();

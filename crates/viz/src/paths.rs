@@ -12,6 +12,10 @@ pub const ACTIONS_PREDICTED: &str = "scene/actions/predicted";
 pub const ACTIONS_EXECUTED: &str = "scene/actions/executed";
 /// The camera image the policy sees (pixel observations only).
 pub const PIXELS: &str = "pixels";
+/// A 3-D scene's bodies (`scene3d/<body name>`, each with its transform).
+pub const SCENE3D: &str = "scene3d";
+/// Further named camera images of a scene (`cameras/<name>`).
+pub const CAMERAS: &str = "cameras";
 /// Root of the denoising chain view.
 pub const CHAIN: &str = "chain";
 /// x_K..x_0 of the last policy call as line strips coloured by k.

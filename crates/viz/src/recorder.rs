@@ -6,6 +6,10 @@
 //! with `send_columns`, every 512 rows or 2 seconds and on [`Recorder::flush`]. Scene shapes that did not change since they were
 //! last logged (walls, goal) are not logged again.
 //!
+//! 3-D scenes are drawn minimally: each body is an entity under `scene3d/` with its transform
+//! and primitive (boxes, spheres, capsules, cylinders, line strips), and named camera images go
+//! to `cameras/<name>`; the default blueprint has no 3-D view yet (add one in the viewer).
+//!
 //! A sink error never reaches the caller: the first one is printed as a warning, later ones
 //! are dropped. Dropping the recorder flushes it; the stream finalises the file (its footer)
 //! when the last handle goes.
@@ -16,10 +20,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use diffrl_core::record::{EpisodeEnd, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic};
-use diffrl_core::scene::{Rgba, Scene2d, Shape2d};
+use diffrl_core::scene::{Body, Rgba, Scene, Shape2d, Shape3d};
 use rerun::{
-    BarChart, Boxes2D, Color, Image, LineStrips2D, MediaType, Points2D, RecordingStream,
-    RecordingStreamBuilder, Scalars, TextDocument, TextLog, TextLogLevel, TimeColumn,
+    BarChart, Boxes2D, Boxes3D, Capsules3D, Color, Cylinders3D, Ellipsoids3D, Image, LineStrips2D,
+    LineStrips3D, MediaType, Points2D, Quaternion, RecordingStream, RecordingStreamBuilder,
+    Scalars, TextDocument, TextLog, TextLogLevel, TimeColumn, Transform3D,
 };
 
 use crate::blueprint::default_blueprint;
@@ -69,6 +74,8 @@ struct State {
     /// Last logged shape per scene item (unchanged shapes are not logged again).
     shapes: HashMap<&'static str, Shape2d>,
     bounds: Option<[[f32; 2]; 2]>,
+    /// Last logged 3-D body per name.
+    bodies: HashMap<&'static str, Body>,
 }
 
 /// What kind of sink the stream writes to (for warnings).
@@ -220,6 +227,7 @@ impl RerunRecorder {
                 },
                 shapes: HashMap::new(),
                 bounds: None,
+                bodies: HashMap::new(),
             }),
             kind,
             description,
@@ -378,6 +386,50 @@ impl RerunRecorder {
         self.check("logging the scene", r);
     }
 
+    /// A 3-D body: its pose as the entity's transform, its primitive in the entity's frame.
+    fn log_body(&self, path: &str, body: &Body) {
+        let pose = Transform3D::from_translation_rotation(
+            body.pose.translation,
+            Quaternion::from_xyzw(body.pose.rotation),
+        );
+        let r = self.rec.log(path, &pose);
+        self.check("logging the 3-D scene", r);
+        let c = [color(body.color)];
+        let r = match &body.shape {
+            Shape3d::Box { half_extents } => self.rec.log(
+                path,
+                &Boxes3D::from_half_sizes([*half_extents]).with_colors(c),
+            ),
+            Shape3d::Sphere { radius } => self
+                .rec
+                .log(path, &Ellipsoids3D::from_radii([*radius]).with_colors(c)),
+            // Rerun's capsules start at the origin and run along +z: centre them.
+            Shape3d::Capsule {
+                half_length,
+                radius,
+            } => self.rec.log(
+                path,
+                &Capsules3D::from_lengths_and_radii([2.0 * half_length], [*radius])
+                    .with_translations([[0.0, 0.0, -half_length]])
+                    .with_colors(c),
+            ),
+            Shape3d::Cylinder {
+                half_length,
+                radius,
+            } => self.rec.log(
+                path,
+                &Cylinders3D::from_lengths_and_radii([2.0 * half_length], [*radius]).with_colors(c),
+            ),
+            Shape3d::LineStrip { points } => self.rec.log(
+                path,
+                &LineStrips3D::new([points.clone()])
+                    .with_colors(c)
+                    .with_radii([0.002f32]),
+            ),
+        };
+        self.check("logging the 3-D scene", r);
+    }
+
     /// A result (document, chart): at the current `train_step` during training, else static so
     /// it shows on every timeline.
     fn log_result(&self, path: &str, what: &dyn rerun::AsComponents, context: &str) {
@@ -442,7 +494,7 @@ impl Recorder for RerunRecorder {
         v
     }
 
-    fn scene(&self, scene: &Scene2d) {
+    fn scene(&self, scene: &Scene) {
         let mut st = self.lock();
         let [[_, y0], [_, y1]] = scene.bounds;
         st.frame = Frame {
@@ -451,7 +503,8 @@ impl Recorder for RerunRecorder {
         };
         let frame = st.frame;
         self.stamp(&st, &[Timeline::EnvStep, Timeline::TrainStep]);
-        if st.bounds != Some(scene.bounds) {
+        let flat = !scene.items.is_empty() || !scene.is_3d();
+        if flat && st.bounds != Some(scene.bounds) {
             st.bounds = Some(scene.bounds);
             let [[x0, y0], [x1, y1]] = scene.bounds;
             let r = self.rec.log(
@@ -472,12 +525,27 @@ impl Recorder for RerunRecorder {
             );
             st.shapes.insert(item.name, item.shape.clone());
         }
+        for body in &scene.bodies {
+            if st.bodies.get(body.name) == Some(body) {
+                continue;
+            }
+            self.log_body(&format!("{}/{}", paths::SCENE3D, body.name), body);
+            st.bodies.insert(body.name, body.clone());
+        }
         if let Some(img) = &scene.image {
             let r = self.rec.log(
                 paths::PIXELS,
                 &Image::from_rgb24(img.data.clone(), [img.width, img.height]),
             );
             self.check("logging the camera image", r);
+        }
+        for cam in &scene.cameras {
+            let img = &cam.image;
+            let r = self.rec.log(
+                format!("{}/{}", paths::CAMERAS, cam.name),
+                &Image::from_rgb24(img.data.clone(), [img.width, img.height]),
+            );
+            self.check("logging a camera image", r);
         }
     }
 
@@ -661,5 +729,90 @@ impl Recorder for RerunRecorder {
                 self.rec.flush_with_timeout(Duration::from_secs(10)),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use diffrl_core::ImageObs;
+    use diffrl_core::scene::{CameraImage, Transform3d};
+
+    use super::*;
+    use crate::read::RecordingSummary;
+
+    /// A 3-D scene: bodies under `scene3d/`, named cameras under `cameras/`, no 2-D bounds box;
+    /// a body that did not move is not logged again.
+    #[test]
+    fn a_3d_scene_logs_its_bodies_and_cameras() {
+        let (rec, storage) = RerunRecorder::memory().unwrap();
+        let mut scene = Scene::new_3d([[-1.0; 3], [1.0; 3]]);
+        let grey = [128, 128, 128, 255];
+        scene
+            .push_body(
+                "table",
+                Shape3d::Box {
+                    half_extents: [0.5, 0.5, 0.02],
+                },
+                Transform3d::IDENTITY,
+                grey,
+            )
+            .push_body(
+                "ball",
+                Shape3d::Sphere { radius: 0.03 },
+                Transform3d::from_translation([0.1, 0.0, 0.05]),
+                grey,
+            )
+            .push_body(
+                "finger",
+                Shape3d::Capsule {
+                    half_length: 0.02,
+                    radius: 0.01,
+                },
+                Transform3d::from_axis_angle([0.0, 0.1, 0.2], [1.0, 0.0, 0.0], 0.3),
+                grey,
+            )
+            .push_body(
+                "pole",
+                Shape3d::Cylinder {
+                    half_length: 0.1,
+                    radius: 0.01,
+                },
+                Transform3d::IDENTITY,
+                grey,
+            )
+            .push_body(
+                "path",
+                Shape3d::LineStrip {
+                    points: vec![[0.0; 3], [0.1, 0.1, 0.1]],
+                },
+                Transform3d::IDENTITY,
+                grey,
+            );
+        scene.cameras.push(CameraImage {
+            name: "wrist",
+            image: ImageObs {
+                height: 2,
+                width: 2,
+                data: vec![0; 12],
+            },
+            pose: None,
+        });
+        rec.set_time(Timeline::EnvStep, 0);
+        rec.scene(&scene);
+        scene.bodies[1].pose.translation[0] = 0.2;
+        rec.set_time(Timeline::EnvStep, 1);
+        rec.scene(&scene);
+        drop(rec);
+        let s = RecordingSummary::from_messages(&storage.take()).unwrap();
+        for body in ["table", "ball", "finger", "pole", "path"] {
+            assert!(
+                s.rows(&format!("/scene3d/{body}")) > 0,
+                "{body}: {:?}",
+                s.entities.keys()
+            );
+        }
+        assert!(s.rows("/scene3d/ball") > s.rows("/scene3d/table"));
+        assert!(s.rows("/cameras/wrist") > 0);
+        assert_eq!(s.rows("/scene/bounds"), 0);
     }
 }

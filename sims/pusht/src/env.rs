@@ -27,12 +27,12 @@ static ACTION_SPACE: std::sync::LazyLock<BoxSpace> =
 /// The task instruction stored in datasets.
 pub const TASK: &str = "Push the T-shaped block onto the T-shaped target.";
 
-/// What the policy observes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// What the policy observes (no `Default`: a config's omitted `obs` is [`PushTConfig`]'s,
+/// the builder's is gym-pusht's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ObsMode {
     /// `[agent_x, agent_y, block_x, block_y, angle mod 2 pi]`.
-    #[default]
     State,
     /// The 8 T corners (16 values) followed by the agent position (2).
     Keypoints,
@@ -139,7 +139,10 @@ impl Validate for Randomization {
     }
 }
 
-/// Push-T settings as they appear in a config file's `[env]` table.
+/// Push-T settings as they appear in a config file's `[env]` table. Its `Default` is what an
+/// omitted table or key means there: keypoint observations (the main job's, docs/policy.md),
+/// gym-pusht's image size, step limit and physics. [`PushT::builder`] starts from gym-pusht's
+/// own defaults instead (5-d state observations).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PushTConfig {
@@ -156,7 +159,7 @@ pub struct PushTConfig {
 impl Default for PushTConfig {
     fn default() -> Self {
         Self {
-            obs: ObsMode::State,
+            obs: ObsMode::Keypoints,
             image_size: 96,
             max_episode_steps: MAX_EPISODE_STEPS,
             randomize: Randomization::default(),
@@ -181,9 +184,21 @@ impl Validate for PushTConfig {
 }
 
 /// Builder for [`PushT`], e.g. `PushT::builder().obs(ObsMode::Pixels).build()`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PushTBuilder {
     config: PushTConfig,
+}
+
+/// gym-pusht's defaults: 5-d state observations, 96 px images, 300 steps, fixed physics.
+impl Default for PushTBuilder {
+    fn default() -> Self {
+        Self {
+            config: PushTConfig {
+                obs: ObsMode::State,
+                ..PushTConfig::default()
+            },
+        }
+    }
 }
 
 impl PushTBuilder {

@@ -7,6 +7,7 @@
 //! - [`render`]: top-view images.
 //! - [`scene`]: the state as a 2-D scene for viewers (`Env::scene`).
 //! - [`expert`]: a sampling-based MPC (MPPI) expert that plans on cloned worlds.
+//! - [`task`]: [`PushTTask`], Push-T as a task of the tools (`task = "pusht"` in configs).
 #![warn(missing_docs)]
 
 pub mod env;
@@ -17,6 +18,7 @@ pub mod pusher;
 pub mod render;
 pub mod scene;
 pub mod stages;
+pub mod task;
 
 pub use env::{
     MAX_EPISODE_STEPS, ObsMode, PushT, PushTBuilder, PushTConfig, Randomization, SUCCESS_THRESHOLD,
@@ -24,3 +26,4 @@ pub use env::{
 };
 pub use expert::{Expert, ExpertConfig, ExpertKind};
 pub use pusher::{Pusher, PusherConfig};
+pub use task::PushTTask;
