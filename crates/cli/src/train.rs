@@ -16,7 +16,7 @@ use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_learn::LearnError;
 use diffrl_learn::bc::{self, BcHooks, BcLog};
 use diffrl_learn::data::{ChunkDataset, fit_normalizers};
-use diffrl_learn::eval::{EvalReport, evaluate_recorded};
+use diffrl_learn::eval::{EvalReport, evaluate};
 use diffrl_policy::{Policy, PolicySpec, SampleMode, checkpoint};
 use diffrl_pusht::{ObsMode, PushT, keypoint_observation};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -217,7 +217,7 @@ pub fn run_eval_recorded<B: Backend>(
         episodes as u64,
         "  eval [{bar:30}] {pos}/{len} episodes {elapsed_precise} (eta {eta})",
     );
-    let report = evaluate_recorded(
+    let report = evaluate(
         &mut venv,
         policy,
         device,

@@ -199,6 +199,7 @@ fn success(policy: &Policy<CpuBackend>) -> f64 {
         77,
         SampleMode::Stochastic,
         &mut |_, _| {},
+        &diffrl_core::record::NoRecorder,
     )
     .unwrap()
     .success_rate
