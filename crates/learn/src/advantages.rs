@@ -313,11 +313,26 @@ pub fn discounted_returns(r: &[f64], gamma: f64) -> Vec<f64> {
     returns
 }
 
-/// Generalised advantage estimation (Schulman et al. 2016, docs/grpo.md): with
-/// delta_t = r_t + gamma V(s_{t+1}) - V(s_t) and V(s_n) = `bootstrap` (0 for an episode that
-/// terminated, the critic's value of the final observation for one cut by the step limit),
-/// A_t = sum_l (gamma lambda)^l delta_{t+l}, computed backwards as A_t = delta_t + gamma lambda A_{t+1}.
-pub fn gae(rewards: &[f64], values: &[f64], bootstrap: f64, gamma: f64, lambda: f64) -> Vec<f64> {
+/// Generalised advantage estimation over one episode of n steps (Schulman et al. 2016,
+/// *High-Dimensional Continuous Control Using Generalized Advantage Estimation*;
+/// docs/algorithms.md §3):
+///
+/// ```text
+/// delta_t = r_t + gamma V(s_{t+1}) - V(s_t),   V(s_n) = bootstrap
+/// A_t     = sum_l (gamma lambda)^l delta_{t+l} = delta_t + gamma lambda A_{t+1}
+/// R_t     = A_t + V(s_t)                        (the critic's regression target)
+/// ```
+///
+/// `bootstrap` is 0 for an episode that terminated and the critic's value of the final
+/// observation for one cut by the step limit. `values` holds V(s_0..s_{n-1}) (entries past n
+/// are ignored). Returns (A, R).
+pub fn gae(
+    rewards: &[f64],
+    values: &[f64],
+    bootstrap: f64,
+    gamma: f64,
+    lambda: f64,
+) -> (Vec<f64>, Vec<f64>) {
     let n = rewards.len();
     let mut adv = vec![0.0; n];
     let mut next_adv = 0.0;
@@ -327,7 +342,8 @@ pub fn gae(rewards: &[f64], values: &[f64], bootstrap: f64, gamma: f64, lambda: 
         next_adv = delta + gamma * lambda * next_adv;
         adv[t] = next_adv;
     }
-    adv
+    let returns = adv.iter().zip(values).map(|(a, v)| a + v).collect();
+    (adv, returns)
 }
 
 /// GiGPO anchor key of a continuous state (our choice, docs/algorithms.md §3): each component is
@@ -603,12 +619,11 @@ mod tests {
     #[test]
     fn grpo_normalises_by_population_std_plus_eps() {
         // mean 0.5, population std 0.5: A = +-0.5 / 0.500001 = +-0.999998000004.
-        let a: f64 = 0.5 / 0.500_001;
-        assert!((a - 0.999_998_000_004).abs() < 1e-12);
+        let a = 0.999_998_000_004;
         close(&grpo(&[1.0, 0.0, 0.0, 1.0]), &[a, -a, -a, a]);
-        // mean 2, std sqrt(2/3).
-        let s = (2.0f64 / 3.0).sqrt() + 1e-6;
-        close(&grpo(&[3.0, 1.0, 2.0]), &[1.0 / s, -1.0 / s, 0.0]);
+        // mean 2, std sqrt(2/3) = 0.816496580927726: A = +-1 / 0.816497580927726.
+        let a = 1.224_743_371_393_426;
+        close(&grpo(&[3.0, 1.0, 2.0]), &[a, -a, 0.0]);
     }
 
     #[test]
@@ -738,15 +753,16 @@ mod tests {
     #[test]
     fn process_advantages_hand_example() {
         // Rewards [[1, 0, 1], [0, 0, 0]]: mean 1/3, population std sqrt(2)/3, so
-        // r~ = 2/3 / d for a 1 and -1/3 / d for a 0, d = sqrt(2)/3 + 1e-6.
-        let d = 2.0f64.sqrt() / 3.0 + 1e-6;
+        // r~ = 2/3 / d for a 1 and -1/3 / d for a 0, d = sqrt(2)/3 + 1e-6 = 0.471405520...;
+        // summed to go: [1, 1/3, 2/3] / d and [-1, -2/3, -1/3] / d.
         let steps = vec![vec![1.0, 0.0, 1.0], vec![0.0, 0.0, 0.0]];
-        let want = vec![
-            vec![1.0 / d, (1.0 / 3.0) / d, (2.0 / 3.0) / d],
-            vec![-1.0 / d, -(2.0 / 3.0) / d, -(1.0 / 3.0) / d],
-        ];
+        let (a, b, c) = (
+            2.121_315_843_569_188,
+            0.707_105_281_189_729,
+            1.414_210_562_379_459,
+        );
+        let want = vec![vec![a, b, c], vec![-a, -c, -b]];
         close2(&process_advantages(&steps), &want);
-        assert!((want[0][0] - 2.121_315_843_569_188).abs() < 1e-9);
 
         let group = GroupRewards {
             outcomes: &[2.0, 0.0],
@@ -759,9 +775,10 @@ mod tests {
 
     #[test]
     fn grpo_process_adds_the_process_advantage_to_the_episode_one() {
-        // Outcomes [2, 0]: GRPO gives +1 / -1 (population std 1, up to the 1e-6 epsilon).
+        // Outcomes [2, 0]: GRPO gives +-1 / (1 + 1e-6) = +-0.999999000001 (population std 1).
+        // The steps are those of process_advantages_hand_example: process advantages
+        // [2.1213158, 0.7071053, 1.4142106] and their negatives [-2.12.., -1.41.., -0.71..].
         let steps = vec![vec![1.0, 0.0, 1.0], vec![0.0, 0.0, 0.0]];
-        let process = process_advantages(&steps);
         let group = GroupRewards {
             outcomes: &[2.0, 0.0],
             steps: Some(&steps),
@@ -769,13 +786,12 @@ mod tests {
         };
         let c = cfg(Estimator::GrpoProcess);
         let adv = group_advantages(&c, &group, &[3, 3]).unwrap();
-        let e = 1.0 / (1.0 + 1e-6);
-        let want: Vec<Vec<f64>> = process
-            .iter()
-            .zip([e, -e])
-            .map(|(p, a)| p.iter().map(|s| a + s).collect())
-            .collect();
-        close2(&adv.per_step, &want);
+        let (a, b, c2) = (
+            3.121_314_843_570_188,
+            1.707_104_281_190_73,
+            2.414_209_562_380_459,
+        );
+        close2(&adv.per_step, &[vec![a, b, c2], vec![-a, -c2, -b]]);
         // Without step rewards it says what it needs.
         let err = group_advantages(&c, &outcomes_only(&[1.0, 0.0]), &[3, 3]).unwrap_err();
         assert!(err.to_string().contains("per-step rewards"), "{err}");
@@ -804,16 +820,23 @@ mod tests {
         // delta_2 = 2 + 0.9 * 2.0 - 1.5 = 2.3;   A_2 = 2.3
         // delta_1 = 0 + 0.9 * 1.5 - 1.0 = 0.35;  A_1 = 0.35 + 0.72 * 2.3 = 2.006
         // delta_0 = 1 + 0.9 * 1.0 - 0.5 = 1.4;   A_0 = 1.4 + 0.72 * 2.006 = 2.84432
-        let a = gae(&[1.0, 0.0, 2.0], &[0.5, 1.0, 1.5], 2.0, 0.9, 0.8);
+        // Returns R_t = A_t + V(s_t): 2.84432 + 0.5, 2.006 + 1.0, 2.3 + 1.5.
+        let (a, r) = gae(&[1.0, 0.0, 2.0], &[0.5, 1.0, 1.5], 2.0, 0.9, 0.8);
         close(&a, &[2.84432, 2.006, 2.3]);
-        // Terminated: no bootstrap, so the last delta is r - V.
-        let a = gae(&[1.0], &[0.25], 0.0, 0.9, 0.8);
+        close(&r, &[3.34432, 3.006, 3.8]);
+        // Terminated: no bootstrap, so the last delta is r - V = 1 - 0.25.
+        let (a, r) = gae(&[1.0], &[0.25], 0.0, 0.9, 0.8);
         close(&a, &[0.75]);
-        // lambda = 1 and V = 0: discounted returns.
-        close(
-            &gae(&[1.0, 2.0], &[0.0, 0.0], 0.0, 0.5, 1.0),
-            &discounted_returns(&[1.0, 2.0], 0.5),
-        );
+        close(&r, &[1.0]);
+        // lambda = 1 and V = 0: the discounted return, A_1 = 2, A_0 = 1 + 0.5 * 2 = 2.
+        let (a, r) = gae(&[1.0, 2.0], &[0.0, 0.0], 0.0, 0.5, 1.0);
+        close(&a, &[2.0, 2.0]);
+        close(&r, &[2.0, 2.0]);
+        // lambda = 0: one-step TD errors; the critic's value of a final observation (3)
+        // bootstraps the cut episode: delta_1 = 0 + 0.5 * 3 - 1 = 0.5,
+        // delta_0 = 1 + 0.5 * 1 - 2 = -0.5.
+        let (a, _) = gae(&[1.0, 0.0], &[2.0, 1.0], 3.0, 0.5, 0.0);
+        close(&a, &[-0.5, 0.5]);
     }
 
     #[test]

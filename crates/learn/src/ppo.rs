@@ -361,8 +361,8 @@ fn ppo_advantages<B: Backend>(
             // No final observation recorded: the last decision's value stands in.
             (false, false) => values[n - 1],
         };
-        let adv = gae(&per, &values[..n], bootstrap, cfg.gamma, cfg.lambda);
-        returns.push(adv.iter().zip(&values).map(|(a, v)| a + v).collect());
+        let (adv, ret) = gae(&per, &values[..n], bootstrap, cfg.gamma, cfg.lambda);
+        returns.push(ret);
         out.push(adv);
     }
     if cfg.normalize_advantages {
