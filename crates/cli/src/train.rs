@@ -262,16 +262,16 @@ pub(crate) fn append_metrics(path: &Path, v: &serde_json::Value) {
     }
 }
 
-/// A periodic evaluation during training on [pretrain].eval_episodes episodes: prints a line
-/// above the progress bar and returns the summary stored with the checkpoint (None when off).
+/// A periodic evaluation during training on `n` episodes: prints a line above the progress bar
+/// and returns the summary stored with the checkpoint (None when off).
 pub(crate) fn periodic_eval<B: Backend>(
     cfg: &RunConfig,
     pb: &ProgressBar,
     policy: &Policy<B>,
     at: (&str, usize),
+    n: usize,
     rec: &dyn Recorder,
 ) -> Result<Option<serde_json::Value>, LearnError> {
-    let n = cfg.pretrain.eval_episodes;
     if n == 0 {
         return Ok(None);
     }
@@ -348,7 +348,8 @@ impl<B: Backend> BcHooks<B> for Hooks<'_> {
         step: usize,
         policy: &Policy<B>,
     ) -> Result<Option<serde_json::Value>, LearnError> {
-        let summary = periodic_eval(self.cfg, &self.pb, policy, ("step", step), self.rec)?;
+        let n = self.cfg.pretrain.eval_episodes;
+        let summary = periodic_eval(self.cfg, &self.pb, policy, ("step", step), n, self.rec)?;
         if let Some(s) = &summary {
             append_metrics(
                 &self.metrics,

@@ -51,7 +51,9 @@ pub struct GrpoConfig {
     pub groups: usize,
     /// Rollouts per initial state (G); PPO plays B x G independent rollouts instead.
     pub group_size: usize,
-    /// Fine-tuned denoising steps K' (0 = keep the checkpoint's setting).
+    /// Fine-tuned denoising steps K': the last K' steps of the chain are trained, the earlier
+    /// ones run the frozen pretrained copy; 0 = all K. The same meaning as
+    /// `[policy.diffusion].ft_denoising_steps`, whose value it replaces for fine-tuning.
     pub ft_denoising_steps: usize,
     /// Floor on the sampling standard deviation of the rollouts' chains (normalised action
     /// units; 0 = keep the checkpoint's `min_sampling_std`). The exploration noise: Push-T needs
@@ -94,6 +96,8 @@ pub struct GrpoConfig {
     pub checkpoint_every: usize,
     /// Iterations between evaluations (0 = only at the end, by the caller).
     pub eval_every: usize,
+    /// Episodes of each of those evaluations (0 = none).
+    pub eval_episodes: usize,
     /// PPO settings.
     pub ppo: PpoConfig,
     /// OPRL implicit process reward model (`[grpo.implicit_prm]`): a policy copy trained with
@@ -129,6 +133,7 @@ impl Default for GrpoConfig {
             max_nan_updates: 3,
             checkpoint_every: 1,
             eval_every: 0,
+            eval_episodes: 50,
             ppo: PpoConfig::default(),
             implicit_prm: None,
         }

@@ -79,10 +79,7 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
         // Both learners read the [grpo] table.
         cfg.validate()
             .map_err(|e| LearnError::Data(format!("grpo.{}: {}", e.field, e.message)))?;
-        let policy = match cfg.ft_denoising_steps {
-            0 => policy,
-            k => policy.with_fine_tuned_steps(k)?,
-        };
+        let policy = policy.with_fine_tuned_steps(cfg.ft_denoising_steps)?;
         if policy.config.kind != reference.config.kind
             || policy.spec != reference.spec
             || policy.chain_len() != reference.chain_len()
