@@ -19,7 +19,9 @@ use diffrl_policy::Policy;
 use diffrl_reward::implicit::{ChainCall, DpoStats, ImplicitPrm};
 
 use crate::LearnError;
-use crate::advantages::{AdvantageConfig, GroupRewards, dapo_keep, group_advantages};
+use crate::advantages::{
+    AdvantageConfig, Estimator, GroupRewards, anchor_cells, dapo_keep, group_advantages,
+};
 use crate::batch::{Batch, Round, collect_round};
 pub use crate::finetune::{Algorithm, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome, NoHooks};
 pub use crate::ppo::{Critic, PpoConfig};
@@ -54,6 +56,7 @@ pub fn train<E: Env, B: AutodiffBackend>(
     let mut run = Session::new(policy, reference, cfg, Algorithm::Grpo, seed, out)?;
     let mut prm = start_implicit_prm(&mut run, resume)?;
     let state_dim = run.policy.spec.state_dim;
+    let cells = gigpo_anchor_cells(venv, &cfg.advantage, state_dim)?;
     while run.iteration < cfg.iterations {
         let it_seed = derive(seed, run.iteration as u64);
         // 1. Collect B groups of G rollouts, scored by the reward module.
@@ -74,6 +77,7 @@ pub fn train<E: Env, B: AutodiffBackend>(
             &batch.rewards,
             cfg.group_size,
             state_dim,
+            cells.as_deref(),
             &cfg.advantage,
         )?;
         batch.record_series(hooks.recorder(), &advantages);
@@ -128,6 +132,23 @@ fn implicit_prm_files<B: AutodiffBackend>(
         .state_bytes()
         .map_err(|e| LearnError::Data(e.to_string()))?;
     Ok(vec![(PRM_FILES[0], model), (PRM_FILES[1], optim)])
+}
+
+/// GiGPO's anchor grid, one cell size per state dimension ([`anchor_cells`]: `gigpo_grid` when
+/// set, else the environment's); None for the other estimators. Checked before anything is
+/// collected.
+fn gigpo_anchor_cells<E: Env>(
+    venv: &VecEnv<E>,
+    cfg: &AdvantageConfig,
+    state_dim: usize,
+) -> Result<Option<Vec<f64>>, LearnError> {
+    if cfg.estimator != Estimator::Gigpo {
+        return Ok(None);
+    }
+    let env_cells = venv.envs().next().and_then(Env::anchor_cells);
+    anchor_cells(cfg, env_cells.as_deref(), state_dim)
+        .map(Some)
+        .map_err(|e| LearnError::Data(format!("grpo.advantage: {e}")))
 }
 
 /// Collects `groups` groups of `group_size` rollouts. With DAPO dynamic sampling (Yu et al.
@@ -254,6 +275,7 @@ fn grpo_advantages(
     rewards: &[EpisodeRewards],
     group_size: usize,
     state_dim: usize,
+    anchor_cells: Option<&[f64]>,
     cfg: &AdvantageConfig,
 ) -> Result<(Vec<Vec<f64>>, usize), LearnError> {
     let mut out = Vec::with_capacity(kept.len());
@@ -274,6 +296,7 @@ fn grpo_advantages(
                 outcomes: &outcomes,
                 steps: steps.as_deref(),
                 anchors: Some(&anchors),
+                anchor_cells,
             },
             &lengths,
         )

@@ -454,6 +454,18 @@ fn bad_settings_are_refused_with_the_cause() {
         ..toy_grpo()
     });
     assert!(e.contains("ft_denoising_steps"), "{e}");
+    // GiGPO needs anchor cells: the toy task gives none, so gigpo_grid must be set.
+    let e = err(GrpoConfig {
+        advantage: AdvantageConfig {
+            estimator: Estimator::Gigpo,
+            ..AdvantageConfig::default()
+        },
+        ..toy_grpo()
+    });
+    assert!(
+        e.contains("anchor cells") && e.contains("gigpo_grid"),
+        "{e}"
+    );
     // The implicit PRM gives step rewards: an estimator that ignores them is refused.
     let e = err(GrpoConfig {
         implicit_prm: Some(ImplicitPrmConfig::default()),
