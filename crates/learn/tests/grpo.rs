@@ -276,12 +276,16 @@ fn grpo_solves_the_toy_task_that_bc_from_poor_demos_does_not() {
         first.success_rate,
         last.success_rate
     );
-    assert!(last.approx_kl.is_finite() && last.clip_frac >= 0.0);
-    assert!(
-        logs.0
-            .iter()
-            .all(|l| l.ratio_min > 0.0 && l.grad_norm.is_finite())
-    );
+    // Every iteration moved the policy (ratios on both sides of 1, approximate KL > 0, no
+    // skipped minibatch), the clip engaged without saturating, and the clipped objective kept
+    // the updated policy close to the one that collected (these runs: KL 0.005-0.02, clip
+    // fraction 0.05-0.19).
+    for l in &logs.0 {
+        assert!(l.approx_kl > 0.0 && l.approx_kl < 0.1, "{l:?}");
+        assert!(l.ratio_min < 1.0 && l.ratio_max > 1.0, "{l:?}");
+        assert!(l.clip_frac > 0.0 && l.clip_frac < 0.5, "{l:?}");
+        assert!(l.skipped_updates == 0 && l.grad_norm > 0.0, "{l:?}");
+    }
 }
 
 #[test]
