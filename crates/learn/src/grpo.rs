@@ -54,7 +54,12 @@ pub fn train<E: Env, B: AutodiffBackend>(
         );
     }
     let mut run = Session::new(policy, reference, cfg, Algorithm::Grpo, seed, out)?;
-    let mut prm = start_implicit_prm(&mut run, resume)?;
+    let mut prm = implicit_prm(&run)?;
+    if let Some(dir) = run.resume(resume)?
+        && let Some(p) = prm.as_mut()
+    {
+        load_implicit_prm(p, &dir)?;
+    }
     let state_dim = run.policy.spec.state_dim;
     let cells = gigpo_anchor_cells(venv, &cfg.advantage, state_dim)?;
     while run.iteration < cfg.iterations {
@@ -98,27 +103,29 @@ pub fn train<E: Env, B: AutodiffBackend>(
 const PRM_FILES: [&str; 2] = ["prm.mpk", "prm_optim.mpk"];
 
 /// The implicit PRM when `[grpo.implicit_prm]` is set: pi_phi starts as a copy of the policy
-/// being fine-tuned. Resumes the session (with `resume`), and pi_phi with it.
-fn start_implicit_prm<B: AutodiffBackend>(
-    run: &mut Session<'_, B>,
-    resume: bool,
+/// being fine-tuned.
+fn implicit_prm<B: AutodiffBackend>(
+    run: &Session<'_, B>,
 ) -> Result<Option<ImplicitPrm<B>>, LearnError> {
-    let mut prm = match &run.cfg.implicit_prm {
-        Some(c) => Some(
-            ImplicitPrm::<B>::new(&run.policy.valid(), c.clone())
-                .map_err(|e| LearnError::Data(format!("grpo.implicit_prm: {e}")))?,
-        ),
-        None => None,
+    let Some(c) = &run.cfg.implicit_prm else {
+        return Ok(None);
     };
-    if let (Some(dir), Some(p)) = (run.resume(resume)?, prm.as_mut()) {
-        let read = |name: &str| {
-            let path = dir.join(name);
-            std::fs::read(&path).map_err(|source| LearnError::Io { path, source })
-        };
-        p.load_state(read(PRM_FILES[0])?, read(PRM_FILES[1])?)
-            .map_err(|e| LearnError::Resume(format!("{STATE_DIR}: {e}")))?;
-    }
-    Ok(prm)
+    ImplicitPrm::<B>::new(&run.policy.valid(), c.clone())
+        .map(Some)
+        .map_err(|e| LearnError::Data(format!("grpo.implicit_prm: {e}")))
+}
+
+/// Restores pi_phi and its optimiser from the `train_state/` folder `dir`.
+fn load_implicit_prm<B: AutodiffBackend>(
+    prm: &mut ImplicitPrm<B>,
+    dir: &Path,
+) -> Result<(), LearnError> {
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read(&path).map_err(|source| LearnError::Io { path, source })
+    };
+    prm.load_state(read(PRM_FILES[0])?, read(PRM_FILES[1])?)
+        .map_err(|e| LearnError::Resume(format!("{STATE_DIR}: {e}")))
 }
 
 /// The implicit PRM's files for a checkpoint (none without one).

@@ -108,7 +108,10 @@ pub fn train<E: Env, B: AutodiffBackend>(
                 .into(),
         ));
     }
-    let mut value = ValueFunction::start(&mut run, resume)?;
+    let mut value = ValueFunction::new(&run);
+    if let Some(dir) = run.resume(resume)? {
+        value.load(&dir)?;
+    }
     while run.iteration < cfg.iterations {
         let it_seed = derive(seed, run.iteration as u64);
         // 1. Collect B x G independent rollouts, scored by the reward module.
@@ -178,26 +181,28 @@ struct ValueFunction<B: AutodiffBackend> {
 }
 
 impl<B: AutodiffBackend> ValueFunction<B> {
-    /// A critic initialised from the run's seed; resumes the session (with `resume`), and the
-    /// critic with it.
-    fn start(run: &mut Session<'_, B>, resume: bool) -> Result<Self, LearnError> {
+    /// A critic of the run's policy's state window, initialised from the run's seed.
+    fn new(run: &Session<'_, B>) -> Self {
         let (to, ds) = (run.policy.config.obs_horizon, run.policy.spec.state_dim);
         let device = run.device.clone();
         let critic = seeded_init::<B, _>(&device, derive(run.seed, 0xC817), || {
             Critic::new(to * ds, run.cfg.ppo.critic_hidden, &device)
         });
-        let mut value = Self {
+        Self {
             critic,
             optim: AdamWConfig::new().init::<B, Critic<B>>(),
             device,
-        };
-        if let Some(dir) = run.resume(resume)? {
-            let record = state::load(&dir, CRITIC_FILES[0], &value.device)?;
-            value.critic = value.critic.load_record(record);
-            let record = state::load(&dir, CRITIC_FILES[1], &value.device)?;
-            value.optim = value.optim.load_record(record);
         }
-        Ok(value)
+    }
+
+    /// Restores the critic and its optimiser from the `train_state/` folder `dir`.
+    fn load(&mut self, dir: &Path) -> Result<(), LearnError> {
+        let record = state::load(dir, CRITIC_FILES[0], &self.device)?;
+        self.critic = self.critic.clone().load_record(record);
+        let record = state::load(dir, CRITIC_FILES[1], &self.device)?;
+        let optim = std::mem::replace(&mut self.optim, AdamWConfig::new().init());
+        self.optim = optim.load_record(record);
+        Ok(())
     }
 
     /// The critic's files for a checkpoint.
