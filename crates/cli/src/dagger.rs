@@ -19,7 +19,7 @@ use diffrl_core::dyn_task::{EnvSection, ExpertSection};
 use diffrl_core::env::{Env, StepResult};
 use diffrl_core::fs::write_atomic;
 use diffrl_core::lerobot::read_dataset;
-use diffrl_core::record::Recorder;
+use diffrl_core::record::{NoRecorder, Recorder};
 use diffrl_core::seeding::{Rng, derive, rng};
 use diffrl_core::space::{BoxSpace, Observation, ObservationSpace};
 use diffrl_core::task::{Expert, TaskEnv};
@@ -230,9 +230,14 @@ pub fn collect<B: Backend>(
         episodes as u64,
         "  dagger rollouts [{bar:30}] {pos}/{len} episodes {elapsed_precise} (eta {eta})",
     );
-    let report: EvalReport = evaluate_actor(&mut venv, &mut actor, episodes, seed, &mut |d, _| {
-        pb.set_position(d as u64)
-    })?;
+    let report: EvalReport = evaluate_actor(
+        &mut venv,
+        &mut actor,
+        episodes,
+        seed,
+        &mut |d, _| pb.set_position(d as u64),
+        &NoRecorder,
+    )?;
     pb.finish_and_clear();
     // Each environment played its quota of episodes first; anything after that was idling.
     let mut eps = Vec::with_capacity(episodes);

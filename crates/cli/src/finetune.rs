@@ -142,6 +142,7 @@ impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
             &self.pb,
             policy,
             ("iteration", iteration),
+            self.cfg.grpo.eval_episodes,
             self.rec,
         )?;
         if let Some(s) = &summary {
@@ -239,7 +240,7 @@ pub fn finetune_recorded<B: AutodiffBackend>(
         },
         g.advantage.estimator,
         match g.ft_denoising_steps {
-            0 => reference.process().map_or(1, |p| p.ft_steps()),
+            0 => reference.chain_len(),
             k => k,
         },
         reference.chain_len(),

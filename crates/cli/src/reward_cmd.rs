@@ -493,6 +493,7 @@ fn policy_rollouts(
             derive(seed, 1000 + round),
             &mut r,
             &device,
+            &diffrl_core::record::NoRecorder,
         )?;
         out.extend(rollouts.into_iter().map(|g| g.episode));
         pb.set_position(out.len() as u64);

@@ -443,6 +443,7 @@ fn run_settings<B: Backend>(
             seed,
             mode,
             &mut |d, _| pb.set_position(done + d as u64),
+            &diffrl_core::record::NoRecorder,
         )?;
         pb.println(format!(
             "  {}: success {:.1}%, mean max score {:.3}",

@@ -215,7 +215,12 @@ impl Actor for RemoteActor {
     fn images(&self) -> bool {
         false
     }
-    fn act(&mut self, envs: &[usize], obs: &ObsBatch) -> Result<Vec<f32>, LearnError> {
+    fn act(
+        &mut self,
+        envs: &[usize],
+        obs: &ObsBatch,
+        _rec: &dyn diffrl_core::record::Recorder,
+    ) -> Result<Vec<f32>, LearnError> {
         let per = self.obs_horizon * self.state_dim;
         let mut requests = Vec::with_capacity(envs.len());
         for (j, &i) in envs.iter().enumerate() {
@@ -356,9 +361,14 @@ pub fn remote_eval(
         episodes as u64,
         "  remote eval [{bar:30}] {pos}/{len} episodes {elapsed_precise} (eta {eta})",
     );
-    let report = evaluate_actor(&mut venv, &mut actor, episodes, seed, &mut |d, _| {
-        pb.set_position(d as u64)
-    });
+    let report = evaluate_actor(
+        &mut venv,
+        &mut actor,
+        episodes,
+        seed,
+        &mut |d, _| pb.set_position(d as u64),
+        &diffrl_core::record::NoRecorder,
+    );
     pb.finish_and_clear();
     let report = report?;
     let timing = RemoteTiming {

@@ -18,7 +18,7 @@ use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_learn::LearnError;
 use diffrl_learn::bc::{self, BcHooks, BcLog};
 use diffrl_learn::data::{ChunkDataset, fit_normalizers};
-use diffrl_learn::eval::{EvalReport, evaluate_recorded};
+use diffrl_learn::eval::{EvalReport, evaluate};
 use diffrl_policy::{Policy, PolicySpec, SampleMode, checkpoint};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -213,7 +213,7 @@ pub fn run_eval_recorded<B: Backend>(
         episodes as u64,
         "  eval [{bar:30}] {pos}/{len} episodes {elapsed_precise} (eta {eta})",
     );
-    let report = evaluate_recorded(
+    let report = evaluate(
         &mut venv,
         policy,
         device,
@@ -258,16 +258,16 @@ pub(crate) fn append_metrics(path: &Path, v: &serde_json::Value) {
     }
 }
 
-/// A periodic evaluation during training on [pretrain].eval_episodes episodes: prints a line
-/// above the progress bar and returns the summary stored with the checkpoint (None when off).
+/// A periodic evaluation during training on `n` episodes: prints a line above the progress bar
+/// and returns the summary stored with the checkpoint (None when off).
 pub(crate) fn periodic_eval<B: Backend>(
     cfg: &RunConfig,
     pb: &ProgressBar,
     policy: &Policy<B>,
     at: (&str, usize),
+    n: usize,
     rec: &dyn Recorder,
 ) -> Result<Option<serde_json::Value>, LearnError> {
-    let n = cfg.pretrain.eval_episodes;
     if n == 0 {
         return Ok(None);
     }
@@ -344,7 +344,8 @@ impl<B: Backend> BcHooks<B> for Hooks<'_> {
         step: usize,
         policy: &Policy<B>,
     ) -> Result<Option<serde_json::Value>, LearnError> {
-        let summary = periodic_eval(self.cfg, &self.pb, policy, ("step", step), self.rec)?;
+        let n = self.cfg.pretrain.eval_episodes;
+        let summary = periodic_eval(self.cfg, &self.pb, policy, ("step", step), n, self.rec)?;
         if let Some(s) = &summary {
             append_metrics(
                 &self.metrics,

@@ -63,4 +63,9 @@ pub trait Env: Send {
     fn scene(&self) -> Option<Scene2d> {
         None
     }
+    /// Cell size of each state dimension on the grid that groups states into GiGPO anchors
+    /// (None: the learner's `gigpo_grid` must give one).
+    fn anchor_cells(&self) -> Option<Vec<f32>> {
+        None
+    }
 }

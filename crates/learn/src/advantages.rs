@@ -72,7 +72,9 @@ impl fmt::Display for Estimator {
 /// - `gigpo_omega`: weight omega (>= 0) of the step advantage A^S in GiGPO (default 1.0).
 /// - `gigpo_gamma`: discount gamma in (0, 1] of the step returns in GiGPO (default 0.95).
 /// - `gigpo_grid`: cell size (> 0, in state units) of the grid that quantises states into
-///   GiGPO anchors (default 5.0).
+///   GiGPO anchors, the same in every dimension. Absent (the default): each dimension's cell is
+///   the environment's (`Env::anchor_cells`; Push-T: 5 in every dimension). Set, it overrides
+///   the environment's cells; an environment without cells needs it (see [`anchor_cells`]).
 /// - `gigpo_normalise`: divide A^S by the anchor cluster's std (+ 1e-6) (default false).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -87,8 +89,10 @@ pub struct AdvantageConfig {
     pub gigpo_omega: f64,
     /// Discount gamma in (0, 1] of GiGPO's step returns.
     pub gigpo_gamma: f64,
-    /// Anchor quantisation cell size (> 0, in state units).
-    pub gigpo_grid: f64,
+    /// Anchor quantisation cell size (> 0, in state units) for every dimension; None = the
+    /// environment's cells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gigpo_grid: Option<f64>,
     /// Divide GiGPO's step advantage by the anchor cluster's std (+ 1e-6).
     pub gigpo_normalise: bool,
 }
@@ -101,7 +105,7 @@ impl Default for AdvantageConfig {
             vg_hard: false,
             gigpo_omega: 1.0,
             gigpo_gamma: 0.95,
-            gigpo_grid: 5.0,
+            gigpo_grid: None,
             gigpo_normalise: false,
         }
     }
@@ -109,7 +113,7 @@ impl Default for AdvantageConfig {
 
 impl AdvantageConfig {
     /// Checks the ranges: `vg_tau` > 0, `gigpo_omega` >= 0, `gigpo_gamma` in (0, 1],
-    /// `gigpo_grid` > 0, all finite.
+    /// `gigpo_grid` > 0 when set, all finite.
     pub fn validate(&self) -> Result<(), AdvantageError> {
         let bad = |field: &'static str, message: String| AdvantageError::Config { field, message };
         if !(self.vg_tau.is_finite() && self.vg_tau > 0.0) {
@@ -130,10 +134,12 @@ impl AdvantageConfig {
                 format!("must be in (0, 1], got {}", self.gigpo_gamma),
             ));
         }
-        if !(self.gigpo_grid.is_finite() && self.gigpo_grid > 0.0) {
+        if let Some(grid) = self.gigpo_grid
+            && !(grid.is_finite() && grid > 0.0)
+        {
             return Err(bad(
                 "gigpo_grid",
-                format!("must be finite and > 0, got {}", self.gigpo_grid),
+                format!("must be finite and > 0, got {grid}"),
             ));
         }
         Ok(())
@@ -199,6 +205,9 @@ pub enum AdvantageError {
     /// The group has no rollouts.
     #[error("a group needs at least one rollout")]
     EmptyGroup,
+    /// GiGPO's anchor cells do not fit the states, or are not sizes.
+    #[error("anchor cells: {0}")]
+    AnchorCells(String),
 }
 
 /// The rewards of one group of G rollouts.
@@ -211,6 +220,8 @@ pub struct GroupRewards<'a> {
     /// GiGPO anchors: per rollout, per env step, the state observed at that step; same lengths
     /// as `steps`.
     pub anchors: Option<&'a [Vec<Vec<f32>>]>,
+    /// GiGPO's grid: the cell size of each state dimension ([`anchor_cells`]).
+    pub anchor_cells: Option<&'a [f64]>,
 }
 
 /// Advantages of one group.
@@ -313,11 +324,26 @@ pub fn discounted_returns(r: &[f64], gamma: f64) -> Vec<f64> {
     returns
 }
 
-/// Generalised advantage estimation (Schulman et al. 2016, docs/grpo.md): with
-/// delta_t = r_t + gamma V(s_{t+1}) - V(s_t) and V(s_n) = `bootstrap` (0 for an episode that
-/// terminated, the critic's value of the final observation for one cut by the step limit),
-/// A_t = sum_l (gamma lambda)^l delta_{t+l}, computed backwards as A_t = delta_t + gamma lambda A_{t+1}.
-pub fn gae(rewards: &[f64], values: &[f64], bootstrap: f64, gamma: f64, lambda: f64) -> Vec<f64> {
+/// Generalised advantage estimation over one episode of n steps (Schulman et al. 2016,
+/// *High-Dimensional Continuous Control Using Generalized Advantage Estimation*;
+/// docs/algorithms.md §3):
+///
+/// ```text
+/// delta_t = r_t + gamma V(s_{t+1}) - V(s_t),   V(s_n) = bootstrap
+/// A_t     = sum_l (gamma lambda)^l delta_{t+l} = delta_t + gamma lambda A_{t+1}
+/// R_t     = A_t + V(s_t)                        (the critic's regression target)
+/// ```
+///
+/// `bootstrap` is 0 for an episode that terminated and the critic's value of the final
+/// observation for one cut by the step limit. `values` holds V(s_0..s_{n-1}) (entries past n
+/// are ignored). Returns (A, R).
+pub fn gae(
+    rewards: &[f64],
+    values: &[f64],
+    bootstrap: f64,
+    gamma: f64,
+    lambda: f64,
+) -> (Vec<f64>, Vec<f64>) {
     let n = rewards.len();
     let mut adv = vec![0.0; n];
     let mut next_adv = 0.0;
@@ -327,17 +353,54 @@ pub fn gae(rewards: &[f64], values: &[f64], bootstrap: f64, gamma: f64, lambda: 
         next_adv = delta + gamma * lambda * next_adv;
         adv[t] = next_adv;
     }
-    adv
+    let returns = adv.iter().zip(values).map(|(a, v)| a + v).collect();
+    (adv, returns)
 }
 
-/// GiGPO anchor key of a continuous state (our choice, docs/algorithms.md §3): each component is
-/// quantised to its grid cell `(x / grid).floor() as i64`, and the cell (its dimension, then
-/// its integer coordinates as little-endian bytes) is hashed with 64-bit FNV-1a.
+/// The cell size of every state dimension on GiGPO's anchor grid (our choice,
+/// docs/algorithms.md §3): `gigpo_grid` in all `state_dim` dimensions when it is set (an
+/// override), else the environment's `env_cells` (`Env::anchor_cells`). An error when neither
+/// is there, or when the environment's cells do not fit the state or are not all finite and
+/// > 0.
+pub fn anchor_cells(
+    cfg: &AdvantageConfig,
+    env_cells: Option<&[f32]>,
+    state_dim: usize,
+) -> Result<Vec<f64>, AdvantageError> {
+    let cells: Vec<f64> = match (cfg.gigpo_grid, env_cells) {
+        (Some(grid), _) => vec![grid; state_dim],
+        (None, Some(cells)) => cells.iter().map(|&c| f64::from(c)).collect(),
+        (None, None) => {
+            return Err(AdvantageError::AnchorCells(
+                "the environment gives none; set [grpo.advantage] gigpo_grid".into(),
+            ));
+        }
+    };
+    if cells.len() != state_dim {
+        return Err(AdvantageError::AnchorCells(format!(
+            "the environment gives {} for a {state_dim}-d state",
+            cells.len()
+        )));
+    }
+    if let Some(c) = cells.iter().find(|c| !(c.is_finite() && **c > 0.0)) {
+        return Err(AdvantageError::AnchorCells(format!(
+            "must be finite and > 0, the environment gives {c}"
+        )));
+    }
+    Ok(cells)
+}
+
+/// GiGPO anchor key of a continuous state (our choice, docs/algorithms.md §3): component d is
+/// quantised to its grid cell `(x_d / cells[d]).floor() as i64`, and the cell (its dimension,
+/// then its integer coordinates as little-endian bytes) is hashed with 64-bit FNV-1a.
 ///
 /// FNV-1a is written out rather than taken from `std`'s `DefaultHasher` so that keys are the
 /// same on every platform, run and Rust version. States in the same cell get the same key;
 /// different cells collide only by a 64-bit hash collision.
-pub fn anchor_key(state: &[f32], grid: f64) -> u64 {
+///
+/// # Panics
+/// When `cells` and `state` have different lengths.
+pub fn anchor_key(state: &[f32], cells: &[f64]) -> u64 {
     const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hash = FNV_OFFSET;
@@ -347,9 +410,14 @@ pub fn anchor_key(state: &[f32], grid: f64) -> u64 {
             hash = hash.wrapping_mul(FNV_PRIME);
         }
     };
+    assert_eq!(
+        state.len(),
+        cells.len(),
+        "one cell size per state dimension"
+    );
     eat((state.len() as u64).to_le_bytes());
-    for &x in state {
-        let cell = (f64::from(x) / grid).floor() as i64;
+    for (&x, &size) in state.iter().zip(cells) {
+        let cell = (f64::from(x) / size).floor() as i64;
         eat(cell.to_le_bytes());
     }
     hash
@@ -357,17 +425,17 @@ pub fn anchor_key(state: &[f32], grid: f64) -> u64 {
 
 /// GiGPO step advantages (Feng et al. 2025, "Group-in-Group Policy Optimization"):
 /// R_{i,t} = sum_k gamma^k r_{i,t+k}; all steps (i, t) of the group are clustered by the
-/// [`anchor_key`] of their anchor state; A^S_{i,t} = R_{i,t} - mean over the cluster,
-/// divided by (cluster std + 1e-6) when `normalise`. Singleton clusters get 0.
+/// [`anchor_key`] of their anchor state on the grid of `cells`; A^S_{i,t} = R_{i,t} - mean
+/// over the cluster, divided by (cluster std + 1e-6) when `normalise`. Singleton clusters get 0.
 ///
 /// # Panics
-/// When `anchors` does not have the shape of `step_rewards` ([`group_advantages`] checks this
-/// and returns an error instead).
+/// When `anchors` does not have the shape of `step_rewards`, or a state not the length of
+/// `cells` ([`group_advantages`] checks both and returns an error instead).
 pub fn gigpo_step_advantages(
     step_rewards: &[Vec<f64>],
     anchors: &[Vec<Vec<f32>>],
     gamma: f64,
-    grid: f64,
+    cells: &[f64],
     normalise: bool,
 ) -> Vec<Vec<f64>> {
     assert_eq!(
@@ -391,7 +459,7 @@ pub fn gigpo_step_advantages(
         );
         for (t, state) in states.iter().enumerate() {
             let next = members.len();
-            let c = *cluster_of.entry(anchor_key(state, grid)).or_insert(next);
+            let c = *cluster_of.entry(anchor_key(state, cells)).or_insert(next);
             if c == next {
                 members.push(Vec::new());
             }
@@ -467,7 +535,7 @@ fn check_shape<T>(
 /// step t < `lengths[i]`.
 ///
 /// GRPO, Dr.GRPO and VG-GRPO give every step of rollout i the same A_i; `process` needs
-/// `group.steps`; `gigpo` needs `group.steps` and `group.anchors`. Whenever `steps` or
+/// `group.steps`; `gigpo` needs `group.steps`, `group.anchors` and `group.anchor_cells`. Whenever `steps` or
 /// `anchors` are given, their shapes must match `lengths` and every value must be finite,
 /// whichever estimator is used: NaN or infinite rewards are an error, never dropped.
 pub fn group_advantages(
@@ -538,13 +606,16 @@ pub fn group_advantages(
         Estimator::Gigpo => {
             let steps = group.steps.ok_or_else(|| needs("per-step rewards"))?;
             let anchors = group.anchors.ok_or_else(|| needs("anchor states"))?;
-            let step_adv = gigpo_step_advantages(
-                steps,
-                anchors,
-                cfg.gigpo_gamma,
-                cfg.gigpo_grid,
-                cfg.gigpo_normalise,
-            );
+            let cells = group.anchor_cells.ok_or_else(|| needs("anchor cells"))?;
+            if let Some(state) = anchors.iter().flatten().find(|s| s.len() != cells.len()) {
+                return Err(AdvantageError::AnchorCells(format!(
+                    "{} for {}-d anchor states",
+                    cells.len(),
+                    state.len()
+                )));
+            }
+            let step_adv =
+                gigpo_step_advantages(steps, anchors, cfg.gigpo_gamma, cells, cfg.gigpo_normalise);
             grpo(outcomes)
                 .into_iter()
                 .zip(step_adv)
@@ -597,18 +668,18 @@ mod tests {
             outcomes,
             steps: None,
             anchors: None,
+            anchor_cells: None,
         }
     }
 
     #[test]
     fn grpo_normalises_by_population_std_plus_eps() {
         // mean 0.5, population std 0.5: A = +-0.5 / 0.500001 = +-0.999998000004.
-        let a: f64 = 0.5 / 0.500_001;
-        assert!((a - 0.999_998_000_004).abs() < 1e-12);
+        let a = 0.999_998_000_004;
         close(&grpo(&[1.0, 0.0, 0.0, 1.0]), &[a, -a, -a, a]);
-        // mean 2, std sqrt(2/3).
-        let s = (2.0f64 / 3.0).sqrt() + 1e-6;
-        close(&grpo(&[3.0, 1.0, 2.0]), &[1.0 / s, -1.0 / s, 0.0]);
+        // mean 2, std sqrt(2/3) = 0.816496580927726: A = +-1 / 0.816497580927726.
+        let a = 1.224_743_371_393_426;
+        close(&grpo(&[3.0, 1.0, 2.0]), &[a, -a, 0.0]);
     }
 
     #[test]
@@ -708,6 +779,7 @@ mod tests {
             outcomes: &[1.0, 0.0],
             steps: Some(&steps),
             anchors: None,
+            anchor_cells: None,
         };
         // Checked whichever estimator is used.
         for estimator in [Estimator::Grpo, Estimator::Process] {
@@ -730,6 +802,7 @@ mod tests {
             outcomes: &[1.0],
             steps: Some(&steps),
             anchors: None,
+            anchor_cells: None,
         };
         let err = group_advantages(&cfg(Estimator::Process), &group, &[1]).unwrap_err();
         assert_eq!(err.to_string(), "step reward of rollout 0 at step 0 is inf");
@@ -738,20 +811,22 @@ mod tests {
     #[test]
     fn process_advantages_hand_example() {
         // Rewards [[1, 0, 1], [0, 0, 0]]: mean 1/3, population std sqrt(2)/3, so
-        // r~ = 2/3 / d for a 1 and -1/3 / d for a 0, d = sqrt(2)/3 + 1e-6.
-        let d = 2.0f64.sqrt() / 3.0 + 1e-6;
+        // r~ = 2/3 / d for a 1 and -1/3 / d for a 0, d = sqrt(2)/3 + 1e-6 = 0.471405520...;
+        // summed to go: [1, 1/3, 2/3] / d and [-1, -2/3, -1/3] / d.
         let steps = vec![vec![1.0, 0.0, 1.0], vec![0.0, 0.0, 0.0]];
-        let want = vec![
-            vec![1.0 / d, (1.0 / 3.0) / d, (2.0 / 3.0) / d],
-            vec![-1.0 / d, -(2.0 / 3.0) / d, -(1.0 / 3.0) / d],
-        ];
+        let (a, b, c) = (
+            2.121_315_843_569_188,
+            0.707_105_281_189_729,
+            1.414_210_562_379_459,
+        );
+        let want = vec![vec![a, b, c], vec![-a, -c, -b]];
         close2(&process_advantages(&steps), &want);
-        assert!((want[0][0] - 2.121_315_843_569_188).abs() < 1e-9);
 
         let group = GroupRewards {
             outcomes: &[2.0, 0.0],
             steps: Some(&steps),
             anchors: None,
+            anchor_cells: None,
         };
         let adv = group_advantages(&cfg(Estimator::Process), &group, &[3, 3]).unwrap();
         close2(&adv.per_step, &want);
@@ -759,23 +834,24 @@ mod tests {
 
     #[test]
     fn grpo_process_adds_the_process_advantage_to_the_episode_one() {
-        // Outcomes [2, 0]: GRPO gives +1 / -1 (population std 1, up to the 1e-6 epsilon).
+        // Outcomes [2, 0]: GRPO gives +-1 / (1 + 1e-6) = +-0.999999000001 (population std 1).
+        // The steps are those of process_advantages_hand_example: process advantages
+        // [2.1213158, 0.7071053, 1.4142106] and their negatives [-2.12.., -1.41.., -0.71..].
         let steps = vec![vec![1.0, 0.0, 1.0], vec![0.0, 0.0, 0.0]];
-        let process = process_advantages(&steps);
         let group = GroupRewards {
             outcomes: &[2.0, 0.0],
             steps: Some(&steps),
             anchors: None,
+            anchor_cells: None,
         };
         let c = cfg(Estimator::GrpoProcess);
         let adv = group_advantages(&c, &group, &[3, 3]).unwrap();
-        let e = 1.0 / (1.0 + 1e-6);
-        let want: Vec<Vec<f64>> = process
-            .iter()
-            .zip([e, -e])
-            .map(|(p, a)| p.iter().map(|s| a + s).collect())
-            .collect();
-        close2(&adv.per_step, &want);
+        let (a, b, c2) = (
+            3.121_314_843_570_188,
+            1.707_104_281_190_73,
+            2.414_209_562_380_459,
+        );
+        close2(&adv.per_step, &[vec![a, b, c2], vec![-a, -c2, -b]]);
         // Without step rewards it says what it needs.
         let err = group_advantages(&c, &outcomes_only(&[1.0, 0.0]), &[3, 3]).unwrap_err();
         assert!(err.to_string().contains("per-step rewards"), "{err}");
@@ -804,16 +880,23 @@ mod tests {
         // delta_2 = 2 + 0.9 * 2.0 - 1.5 = 2.3;   A_2 = 2.3
         // delta_1 = 0 + 0.9 * 1.5 - 1.0 = 0.35;  A_1 = 0.35 + 0.72 * 2.3 = 2.006
         // delta_0 = 1 + 0.9 * 1.0 - 0.5 = 1.4;   A_0 = 1.4 + 0.72 * 2.006 = 2.84432
-        let a = gae(&[1.0, 0.0, 2.0], &[0.5, 1.0, 1.5], 2.0, 0.9, 0.8);
+        // Returns R_t = A_t + V(s_t): 2.84432 + 0.5, 2.006 + 1.0, 2.3 + 1.5.
+        let (a, r) = gae(&[1.0, 0.0, 2.0], &[0.5, 1.0, 1.5], 2.0, 0.9, 0.8);
         close(&a, &[2.84432, 2.006, 2.3]);
-        // Terminated: no bootstrap, so the last delta is r - V.
-        let a = gae(&[1.0], &[0.25], 0.0, 0.9, 0.8);
+        close(&r, &[3.34432, 3.006, 3.8]);
+        // Terminated: no bootstrap, so the last delta is r - V = 1 - 0.25.
+        let (a, r) = gae(&[1.0], &[0.25], 0.0, 0.9, 0.8);
         close(&a, &[0.75]);
-        // lambda = 1 and V = 0: discounted returns.
-        close(
-            &gae(&[1.0, 2.0], &[0.0, 0.0], 0.0, 0.5, 1.0),
-            &discounted_returns(&[1.0, 2.0], 0.5),
-        );
+        close(&r, &[1.0]);
+        // lambda = 1 and V = 0: the discounted return, A_1 = 2, A_0 = 1 + 0.5 * 2 = 2.
+        let (a, r) = gae(&[1.0, 2.0], &[0.0, 0.0], 0.0, 0.5, 1.0);
+        close(&a, &[2.0, 2.0]);
+        close(&r, &[2.0, 2.0]);
+        // lambda = 0: one-step TD errors; the critic's value of a final observation (3)
+        // bootstraps the cut episode: delta_1 = 0 + 0.5 * 3 - 1 = 0.5,
+        // delta_0 = 1 + 0.5 * 1 - 2 = -0.5.
+        let (a, _) = gae(&[1.0, 0.0], &[2.0, 1.0], 3.0, 0.5, 0.0);
+        close(&a, &[-0.5, 0.5]);
     }
 
     #[test]
@@ -825,17 +908,39 @@ mod tests {
 
     #[test]
     fn anchor_key_equal_within_a_cell_and_different_across() {
-        assert_eq!(anchor_key(&[0.1, 4.9], 5.0), anchor_key(&[4.99, 0.0], 5.0));
-        assert_ne!(anchor_key(&[0.1, 4.9], 5.0), anchor_key(&[5.0, 0.0], 5.0));
+        let five = [5.0, 5.0];
+        assert_eq!(
+            anchor_key(&[0.1, 4.9], &five),
+            anchor_key(&[4.99, 0.0], &five)
+        );
+        assert_ne!(
+            anchor_key(&[0.1, 4.9], &five),
+            anchor_key(&[5.0, 0.0], &five)
+        );
         // Floor, not truncation: -0.1 lies in cell -1, 0.1 in cell 0.
-        assert_ne!(anchor_key(&[-0.1], 5.0), anchor_key(&[0.1], 5.0));
-        assert_eq!(anchor_key(&[-0.1], 5.0), anchor_key(&[-4.9], 5.0));
+        assert_ne!(anchor_key(&[-0.1], &[5.0]), anchor_key(&[0.1], &[5.0]));
+        assert_eq!(anchor_key(&[-0.1], &[5.0]), anchor_key(&[-4.9], &[5.0]));
         // The dimension is part of the cell.
-        assert_ne!(anchor_key(&[0.0], 1.0), anchor_key(&[0.0, 0.0], 1.0));
+        assert_ne!(
+            anchor_key(&[0.0], &[1.0]),
+            anchor_key(&[0.0, 0.0], &[1.0, 1.0])
+        );
+        // Each dimension has its own cell size: 0.3 and 0.4 share cell 0 of size 0.5, 0.6 is in
+        // cell 1.
+        let cells = [5.0, 0.5];
+        assert_eq!(
+            anchor_key(&[1.0, 0.3], &cells),
+            anchor_key(&[4.0, 0.4], &cells)
+        );
+        assert_ne!(
+            anchor_key(&[1.0, 0.3], &cells),
+            anchor_key(&[1.0, 0.6], &cells)
+        );
         // Fixed values (FNV-1a of the length and cells, checked in Python): keys must not drift
-        // between builds.
-        assert_eq!(anchor_key(&[], 1.0), 0xa8c7_f832_281a_39c5);
-        assert_eq!(anchor_key(&[1.5, -0.5], 1.0), 0xe131_8b94_1230_b9fe);
+        // between builds. [7.5, -0.5] on cells [5, 1] is cell (1, -1), as [1.5, -0.5] on [1, 1].
+        assert_eq!(anchor_key(&[], &[]), 0xa8c7_f832_281a_39c5);
+        assert_eq!(anchor_key(&[1.5, -0.5], &[1.0, 1.0]), 0xe131_8b94_1230_b9fe);
+        assert_eq!(anchor_key(&[7.5, -0.5], &[5.0, 1.0]), 0xe131_8b94_1230_b9fe);
     }
 
     /// Rollout 0: rewards [0, 0, 1], cells [A, B, C]; rollout 1: rewards [0, 1], cells [A, B].
@@ -853,17 +958,21 @@ mod tests {
     #[test]
     fn gigpo_step_advantages_hand_example() {
         let (steps, anchors) = gigpo_example();
-        let got = gigpo_step_advantages(&steps, &anchors, 0.5, 1.0, false);
+        let got = gigpo_step_advantages(&steps, &anchors, 0.5, &[1.0, 1.0], false);
         close2(&got, &[vec![-0.125, -0.25, 0.0], vec![0.125, 0.25]]);
         // Cluster stds 0.125 and 0.25.
-        let got = gigpo_step_advantages(&steps, &anchors, 0.5, 1.0, true);
+        let got = gigpo_step_advantages(&steps, &anchors, 0.5, &[1.0, 1.0], true);
         let (a, b) = (0.125 / 0.125_001, 0.25 / 0.250_001);
         close2(&got, &[vec![-a, -b, 0.0], vec![a, b]]);
         // Grid 10: the cells become (0, 0), (0, -1), (0, 0) and (0, 0), (0, -1).
-        let got = gigpo_step_advantages(&steps, &anchors, 0.5, 10.0, false);
+        let got = gigpo_step_advantages(&steps, &anchors, 0.5, &[10.0, 10.0], false);
         // Cell (0, 0): {0.25, 1, 0.5} mean 7/12; cell (0, -1): {0.5, 1} mean 0.75.
         let m = 7.0 / 12.0;
         close2(&got, &[vec![0.25 - m, -0.25, 1.0 - m], vec![0.5 - m, 0.25]]);
+        // Cells 10 x 1, one per dimension: (0, 0), (0, -1), (0, 5) and (0, 0), (0, -1); cluster
+        // (0, 0) is {0.25, 0.5} as on the unit grid, (0, -1) {0.5, 1}, (0, 5) a singleton.
+        let got = gigpo_step_advantages(&steps, &anchors, 0.5, &[10.0, 1.0], false);
+        close2(&got, &[vec![-0.125, -0.25, 0.0], vec![0.125, 0.25]]);
     }
 
     #[test]
@@ -873,12 +982,12 @@ mod tests {
             outcomes: &[1.0, 0.0],
             steps: Some(&steps),
             anchors: Some(&anchors),
+            anchor_cells: Some(&[1.0, 1.0]),
         };
         let cfg = AdvantageConfig {
             estimator: Estimator::Gigpo,
             gigpo_omega: 2.0,
             gigpo_gamma: 0.5,
-            gigpo_grid: 1.0,
             ..AdvantageConfig::default()
         };
         let adv = group_advantages(&cfg, &group, &[3, 2]).unwrap();
@@ -887,6 +996,30 @@ mod tests {
             &adv.per_step,
             &[vec![e - 0.25, e - 0.5, e], vec![-e + 0.25, -e + 0.5]],
         );
+    }
+
+    #[test]
+    fn anchor_cells_come_from_the_environment_unless_gigpo_grid_overrides_them() {
+        let env = [5.0f32, 5.0, 0.1];
+        let d = AdvantageConfig::default();
+        assert_eq!(
+            anchor_cells(&d, Some(&env), 3).unwrap(),
+            [5.0, 5.0, 0.1f32 as f64]
+        );
+        let grid = AdvantageConfig {
+            gigpo_grid: Some(2.0),
+            ..d.clone()
+        };
+        assert_eq!(anchor_cells(&grid, Some(&env), 3).unwrap(), [2.0; 3]);
+        assert_eq!(anchor_cells(&grid, None, 2).unwrap(), [2.0; 2]);
+        let err = anchor_cells(&d, None, 3).unwrap_err().to_string();
+        assert!(err.contains("gigpo_grid"), "{err}");
+        let err = anchor_cells(&d, Some(&env), 2).unwrap_err().to_string();
+        assert_eq!(err, "anchor cells: the environment gives 3 for a 2-d state");
+        let err = anchor_cells(&d, Some(&[5.0, 0.0]), 2)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("> 0"), "{err}");
     }
 
     #[test]
@@ -904,6 +1037,7 @@ mod tests {
             outcomes: &[1.0, 0.0],
             steps: Some(&steps),
             anchors: None,
+            anchor_cells: None,
         };
         let err = group_advantages(&cfg(Estimator::Process), &group, &[2, 2]).unwrap_err();
         assert!(
@@ -937,6 +1071,7 @@ mod tests {
             outcomes: &[1.0, 0.0],
             steps: Some(&steps),
             anchors: Some(&anchors),
+            anchor_cells: None,
         };
         let err = group_advantages(&cfg(Estimator::Gigpo), &group, &[2, 2]).unwrap_err();
         assert!(
@@ -975,9 +1110,23 @@ mod tests {
             outcomes: &out,
             steps: Some(&steps),
             anchors: None,
+            anchor_cells: None,
         };
         let err = group_advantages(&cfg(Estimator::Gigpo), &group, &[1, 1]).unwrap_err();
         assert_eq!(err.to_string(), "the gigpo estimator needs anchor states");
+        let anchors = vec![vec![vec![0.0f32, 1.0]], vec![vec![2.0f32, 3.0]]];
+        let group = GroupRewards {
+            anchors: Some(&anchors),
+            ..group
+        };
+        let err = group_advantages(&cfg(Estimator::Gigpo), &group, &[1, 1]).unwrap_err();
+        assert_eq!(err.to_string(), "the gigpo estimator needs anchor cells");
+        let group = GroupRewards {
+            anchor_cells: Some(&[1.0]),
+            ..group
+        };
+        let err = group_advantages(&cfg(Estimator::Gigpo), &group, &[1, 1]).unwrap_err();
+        assert_eq!(err.to_string(), "anchor cells: 1 for 2-d anchor states");
     }
 
     #[test]
@@ -988,6 +1137,7 @@ mod tests {
             outcomes: &[1.0],
             steps: Some(&steps),
             anchors: Some(&anchors),
+            anchor_cells: None,
         };
         let err = group_advantages(&cfg(Estimator::Gigpo), &group, &[2]).unwrap_err();
         assert_eq!(
@@ -1014,7 +1164,7 @@ mod tests {
         assert_eq!((d.vg_tau, d.vg_hard), (0.1, false));
         assert_eq!(
             (d.gigpo_omega, d.gigpo_gamma, d.gigpo_grid),
-            (1.0, 0.95, 5.0)
+            (1.0, 0.95, None)
         );
         assert!(!d.gigpo_normalise);
         d.validate().unwrap();
@@ -1041,7 +1191,11 @@ mod tests {
         assert_eq!(field_of(with(|c| c.gigpo_gamma = 0.0)), "gigpo_gamma");
         assert_eq!(field_of(with(|c| c.gigpo_gamma = 1.5)), "gigpo_gamma");
         assert_eq!(field_of(with(|c| c.gigpo_gamma = f64::NAN)), "gigpo_gamma");
-        assert_eq!(field_of(with(|c| c.gigpo_grid = -5.0)), "gigpo_grid");
+        assert_eq!(field_of(with(|c| c.gigpo_grid = Some(-5.0))), "gigpo_grid");
+        assert_eq!(
+            field_of(with(|c| c.gigpo_grid = Some(f64::NAN))),
+            "gigpo_grid"
+        );
         // group_advantages refuses a bad config.
         let bad = with(|c| c.vg_tau = -1.0);
         assert!(matches!(

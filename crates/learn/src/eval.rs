@@ -1,24 +1,22 @@
-//! Seeded evaluation of a policy on a vector of environments with receding-horizon execution:
-//! the policy predicts Tp actions, the first Ta are executed, then it is called again. Every
-//! environment that needs a new chunk is served by one batched policy call.
+//! Seeded evaluation of a policy on a vector of environments, played by the receding-horizon
+//! loop of `runner`.
 //!
 //! Episode seeds: environment i plays its k-th episode with `derive(derive(seed, i), k)` (see
 //! `VecEnv`), and the N episodes are split evenly over the environments, so a result depends on
 //! (seed, N, number of environments) only, never on thread timing.
 
-use std::collections::VecDeque;
-
 use burn::tensor::backend::Backend;
 use diffrl_core::env::Env;
 use diffrl_core::episode::wilson_interval;
-use diffrl_core::record::{EpisodeEnd, NoRecorder, PolicyCall, Recorder, StepSeries, Timeline};
+use diffrl_core::record::{EpisodeEnd, PolicyCall, Recorder};
 use diffrl_core::seeding::{Rng, derive, rng};
 use diffrl_core::space::Observation;
-use diffrl_core::vec_env::VecEnv;
+use diffrl_core::vec_env::{VecEnv, VecStep};
 use diffrl_policy::{ObsBatch, Policy, SampleMode};
 use serde::{Deserialize, Serialize};
 
 use crate::LearnError;
+use crate::runner;
 
 /// One evaluated episode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,47 +89,6 @@ impl EvalReport {
     }
 }
 
-/// Observation history of one environment (the last To observations, oldest first).
-pub(crate) struct History {
-    pub(crate) frames: VecDeque<Observation>,
-    horizon: usize,
-}
-
-impl History {
-    pub(crate) fn new(first: Observation, horizon: usize) -> Self {
-        Self {
-            frames: std::iter::repeat_n(first, horizon).collect(),
-            horizon,
-        }
-    }
-
-    pub(crate) fn push(&mut self, o: Observation) {
-        self.frames.push_back(o);
-        while self.frames.len() > self.horizon {
-            self.frames.pop_front();
-        }
-    }
-}
-
-/// Builds the policy's batch from the histories of environments `idx`.
-pub(crate) fn batch(histories: &[History], idx: &[usize], images: bool) -> ObsBatch {
-    let mut state = Vec::new();
-    let mut image = images.then(Vec::new);
-    for &i in idx {
-        for f in &histories[i].frames {
-            state.extend_from_slice(&f.state);
-            if let (Some(buf), Some(img)) = (image.as_mut(), f.image.as_ref()) {
-                buf.extend_from_slice(&img.data);
-            }
-        }
-    }
-    ObsBatch {
-        batch: idx.len(),
-        state,
-        image,
-    }
-}
-
 /// Something that turns observation windows into action chunks: the in-process policy, or a
 /// policy server across the network (`diffrl eval --remote`).
 pub trait Actor {
@@ -144,19 +101,15 @@ pub trait Actor {
     /// Whether windows carry images.
     fn images(&self) -> bool;
     /// Actions `[B, Ta, Da]` (row-major) for the windows of environments `envs` (`obs` holds
-    /// one window per entry of `envs`, in that order).
-    fn act(&mut self, envs: &[usize], obs: &ObsBatch) -> Result<Vec<f32>, LearnError>;
-    /// [`Actor::act`] when environment 0 (the recorded one) is among `envs` and `rec` is on:
-    /// an actor that can show its chunk and chain logs them as a [`PolicyCall`]. The actions
-    /// must be the ones [`Actor::act`] would return.
-    fn act_recorded(
+    /// one window per entry of `envs`, in that order). When `rec` is on and environment 0 (the
+    /// recorded one) is among `envs`, an actor that can show its chunk and chain logs them as
+    /// a [`PolicyCall`]; the actions must not depend on whether it does.
+    fn act(
         &mut self,
         envs: &[usize],
         obs: &ObsBatch,
-        _rec: &dyn Recorder,
-    ) -> Result<Vec<f32>, LearnError> {
-        self.act(envs, obs)
-    }
+        rec: &dyn Recorder,
+    ) -> Result<Vec<f32>, LearnError>;
 }
 
 /// A policy evaluated in-process: one noise stream for the run, seeded from the root seed.
@@ -192,42 +145,34 @@ impl<B: Backend> Actor for PolicyActor<'_, B> {
     fn images(&self) -> bool {
         self.policy.spec.image.is_some()
     }
-    fn act(&mut self, _envs: &[usize], obs: &ObsBatch) -> Result<Vec<f32>, LearnError> {
-        let act = self
-            .policy
-            .act(None, obs, self.mode, false, &mut self.rng, self.device)?;
-        let [tp, da] = self.policy.chunk();
-        let ta = self.action_horizon();
-        Ok(act
-            .actions
-            .chunks(tp * da)
-            .flat_map(|c| c[..ta * da].iter().copied())
-            .collect())
-    }
-
-    fn act_recorded(
+    fn act(
         &mut self,
         envs: &[usize],
         obs: &ObsBatch,
         rec: &dyn Recorder,
     ) -> Result<Vec<f32>, LearnError> {
-        let Some(row) = envs.iter().position(|&e| e == 0) else {
-            return self.act(envs, obs);
-        };
-        // Recording the chain draws the same noise, so the actions are unchanged.
-        let act = self
-            .policy
-            .act(None, obs, self.mode, true, &mut self.rng, self.device)?;
+        let recorded_row = envs.iter().position(|&e| e == 0).filter(|_| rec.enabled());
+        // Recording the chain draws the same noise, so the actions are the same either way.
+        let act = self.policy.act(
+            None,
+            obs,
+            self.mode,
+            recorded_row.is_some(),
+            &mut self.rng,
+            self.device,
+        )?;
         let [tp, da] = self.policy.chunk();
         let ta = self.action_horizon();
-        let chain = crate::rollout::chain_row(self.policy, &act.sample, row)?;
-        rec.policy_call(&PolicyCall {
-            action_dim: da,
-            predicted: &act.actions[row * tp * da..(row + 1) * tp * da],
-            executed: ta,
-            chain: &chain.0,
-            logp: &chain.1,
-        });
+        if let Some(row) = recorded_row {
+            let (chain, logp) = crate::rollout::chain_row(self.policy, &act.sample, row)?;
+            rec.policy_call(&PolicyCall {
+                action_dim: da,
+                predicted: &act.actions[row * tp * da..(row + 1) * tp * da],
+                executed: ta,
+                chain: &chain,
+                logp: &logp,
+            });
+        }
         Ok(act
             .actions
             .chunks(tp * da)
@@ -236,8 +181,11 @@ impl<B: Backend> Actor for PolicyActor<'_, B> {
     }
 }
 
-/// Plays `episodes` seeded episodes on `venv` (which must auto-reset in the same step) and
-/// reports success with a Wilson interval. `progress(done, total)` is called as episodes end.
+/// Plays `episodes` seeded episodes of `policy` on `venv` (which must auto-reset in the same
+/// step) and reports success with a Wilson interval. `progress(done, total)` is called as
+/// episodes end. With `rec` on, environment 0's scenes, policy calls and rewards and every
+/// episode's end are recorded (the results are the same).
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate<E: Env, B: Backend>(
     venv: &mut VecEnv<E>,
     policy: &Policy<B>,
@@ -246,166 +194,114 @@ pub fn evaluate<E: Env, B: Backend>(
     seed: u64,
     mode: SampleMode,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<EvalReport, LearnError> {
-    let mut actor = PolicyActor::new(policy, device, mode, seed);
-    evaluate_actor(venv, &mut actor, episodes, seed, progress)
-}
-
-/// [`evaluate`] that records environment 0's scenes, policy calls and rewards and every
-/// episode's end into `rec` (nothing changes in the results).
-#[allow(clippy::too_many_arguments)]
-pub fn evaluate_recorded<E: Env, B: Backend>(
-    venv: &mut VecEnv<E>,
-    policy: &Policy<B>,
-    device: &B::Device,
-    episodes: usize,
-    seed: u64,
-    mode: SampleMode,
-    progress: &mut dyn FnMut(usize, usize),
     rec: &dyn Recorder,
 ) -> Result<EvalReport, LearnError> {
     let mut actor = PolicyActor::new(policy, device, mode, seed);
-    evaluate_actor_recorded(venv, &mut actor, episodes, seed, progress, rec)
+    evaluate_actor(venv, &mut actor, episodes, seed, progress, rec)
 }
 
-/// [`evaluate`] for any [`Actor`].
+/// [`evaluate`] for any [`Actor`]: the N episodes are split evenly over the first
+/// min(N, environments) environments.
 pub fn evaluate_actor<E: Env>(
     venv: &mut VecEnv<E>,
     actor: &mut dyn Actor,
     episodes: usize,
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<EvalReport, LearnError> {
-    evaluate_actor_recorded(venv, actor, episodes, seed, progress, &NoRecorder)
-}
-
-/// Logs environment 0's scene at a new `env_step`; returns that step.
-pub(crate) fn record_scene<E: Env>(venv: &VecEnv<E>, rec: &dyn Recorder) -> i64 {
-    let t = rec.tick(Timeline::EnvStep);
-    if let Some(scene) = venv.envs().next().and_then(Env::scene) {
-        rec.scene(&scene);
-    }
-    t
-}
-
-/// [`evaluate_actor`] recording into `rec` (see [`evaluate_recorded`]).
-pub fn evaluate_actor_recorded<E: Env>(
-    venv: &mut VecEnv<E>,
-    actor: &mut dyn Actor,
-    episodes: usize,
-    seed: u64,
-    progress: &mut dyn FnMut(usize, usize),
     rec: &dyn Recorder,
 ) -> Result<EvalReport, LearnError> {
-    let recording = rec.enabled();
     let n_env = venv.len().min(episodes.max(1));
-    let ta = actor.action_horizon();
-    let to = actor.obs_horizon();
-    let da = actor.action_dim();
-    let images = actor.images();
-    let mut quota: Vec<usize> = (0..venv.len())
-        .map(|i| episodes / n_env + usize::from(i < episodes % n_env))
-        .map(|q| q * usize::from(n_env > 0))
+    let quota: Vec<usize> = (0..venv.len())
+        .map(|i| {
+            if i < n_env {
+                episodes / n_env + usize::from(i < episodes % n_env)
+            } else {
+                0
+            }
+        })
         .collect();
-    for q in quota.iter_mut().skip(n_env) {
-        *q = 0;
-    }
     let first = venv.reset(seed);
-    if recording {
-        record_scene(venv, rec);
-    }
-    let mut histories: Vec<History> = first.into_iter().map(|o| History::new(o, to)).collect();
-    let mut queues: Vec<VecDeque<Vec<f32>>> = vec![VecDeque::new(); venv.len()];
-    let mut last: Vec<Vec<f32>> = vec![vec![0.0; da]; venv.len()];
-    let mut current: Vec<EpisodeStats> = (0..venv.len())
-        .map(|i| EpisodeStats {
-            env: i,
-            episode: 0,
+    let mut scorer = Scorer {
+        actor,
+        current: (0..venv.len()).map(|i| EpisodeStats::start(i, 0)).collect(),
+        done: Vec::with_capacity(episodes),
+        episodes,
+        progress,
+        rec,
+    };
+    runner::play(venv, first, quota, &mut scorer, rec)?;
+    let mut done = scorer.done;
+    done.sort_by_key(|e| (e.env, e.episode));
+    Ok(EvalReport::from_episodes(done, seed, n_env))
+}
+
+impl EpisodeStats {
+    /// Episode `episode` of environment `env`, before its first step.
+    fn start(env: usize, episode: u64) -> Self {
+        Self {
+            env,
+            episode,
             success: false,
             max_score: f32::NEG_INFINITY,
             total_reward: 0.0,
             length: 0,
-        })
-        .collect();
-    let mut done = Vec::with_capacity(episodes);
-    while quota.iter().any(|&q| q > 0) {
-        let need: Vec<usize> = (0..venv.len())
-            .filter(|&i| quota[i] > 0 && queues[i].is_empty())
-            .collect();
-        if !need.is_empty() {
-            let obs = batch(&histories, &need, images);
-            let actions = if recording && need.first() == Some(&0) {
-                actor.act_recorded(&need, &obs, rec)?
-            } else {
-                actor.act(&need, &obs)?
-            };
-            if actions.len() != need.len() * ta * da {
-                return Err(LearnError::Actor(format!(
-                    "it returned {} action values for {} windows of {ta} x {da}",
-                    actions.len(),
-                    need.len()
-                )));
-            }
-            for (j, &i) in need.iter().enumerate() {
-                let chunk = &actions[j * ta * da..(j + 1) * ta * da];
-                queues[i].extend(chunk.chunks(da).map(<[f32]>::to_vec));
-            }
-        }
-        let actions: Vec<Vec<f32>> = (0..venv.len())
-            .map(|i| match queues[i].pop_front() {
-                Some(a) => {
-                    last[i] = a.clone();
-                    a
-                }
-                // Finished environments idle on their last action; their steps are ignored.
-                None => last[i].clone(),
-            })
-            .collect();
-        let step = venv.step(&actions)?;
-        if recording && quota[0] > 0 {
-            // After an episode's last step the environment has already reset: the scene
-            // shows the next episode's start.
-            let t = record_scene(venv, rec);
-            rec.step_series(StepSeries::Reward, t, &[f64::from(step.rewards[0])]);
-        }
-        for i in 0..venv.len() {
-            if quota[i] == 0 {
-                continue;
-            }
-            let c = &mut current[i];
-            c.length += 1;
-            c.total_reward += step.rewards[i];
-            c.max_score = c.max_score.max(step.infos[i].score);
-            c.success |= step.infos[i].success;
-            if step.terminated[i] || step.truncated[i] {
-                let next = EpisodeStats {
-                    env: i,
-                    episode: c.episode + 1,
-                    success: false,
-                    max_score: f32::NEG_INFINITY,
-                    total_reward: 0.0,
-                    length: 0,
-                };
-                if recording {
-                    rec.episode_end(&EpisodeEnd {
-                        env: c.env,
-                        episode: c.episode,
-                        success: c.success,
-                        max_score: c.max_score,
-                        total_reward: c.total_reward,
-                        length: c.length,
-                    });
-                }
-                done.push(std::mem::replace(c, next));
-                progress(done.len(), episodes);
-                quota[i] -= 1;
-                queues[i].clear();
-                histories[i] = History::new(step.obs[i].clone(), to);
-            } else {
-                histories[i].push(step.obs[i].clone());
-            }
         }
     }
-    done.sort_by_key(|e| (e.env, e.episode));
-    Ok(EvalReport::from_episodes(done, seed, n_env))
+}
+
+/// Evaluation as a [`runner::Agent`]: the actor chooses, the scorer keeps per-episode stats.
+struct Scorer<'a> {
+    actor: &'a mut dyn Actor,
+    /// The episode each environment is playing.
+    current: Vec<EpisodeStats>,
+    done: Vec<EpisodeStats>,
+    episodes: usize,
+    progress: &'a mut dyn FnMut(usize, usize),
+    rec: &'a dyn Recorder,
+}
+
+impl runner::Agent for Scorer<'_> {
+    fn obs_horizon(&self) -> usize {
+        self.actor.obs_horizon()
+    }
+    fn action_horizon(&self) -> usize {
+        self.actor.action_horizon()
+    }
+    fn action_dim(&self) -> usize {
+        self.actor.action_dim()
+    }
+    fn images(&self) -> bool {
+        self.actor.images()
+    }
+    fn act(
+        &mut self,
+        envs: &[usize],
+        obs: &ObsBatch,
+        rec: &dyn Recorder,
+    ) -> Result<Vec<f32>, LearnError> {
+        self.actor.act(envs, obs, rec)
+    }
+
+    fn observe(&mut self, env: usize, _before: &Observation, _action: &[f32], step: &VecStep) {
+        let c = &mut self.current[env];
+        c.length += 1;
+        c.total_reward += step.rewards[env];
+        c.max_score = c.max_score.max(step.infos[env].score);
+        c.success |= step.infos[env].success;
+        if step.terminated[env] || step.truncated[env] {
+            let next = EpisodeStats::start(env, c.episode + 1);
+            if self.rec.enabled() {
+                self.rec.episode_end(&EpisodeEnd {
+                    env: c.env,
+                    episode: c.episode,
+                    success: c.success,
+                    max_score: c.max_score,
+                    total_reward: c.total_reward,
+                    length: c.length,
+                });
+            }
+            self.done.push(std::mem::replace(c, next));
+            (self.progress)(self.done.len(), self.episodes);
+        }
+    }
 }

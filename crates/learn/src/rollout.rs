@@ -8,13 +8,14 @@ use std::time::Instant;
 use burn::tensor::backend::Backend;
 use diffrl_core::env::Env;
 use diffrl_core::episode::Episode;
-use diffrl_core::record::{NoRecorder, PolicyCall, Recorder, Timeline};
+use diffrl_core::record::{PolicyCall, Recorder};
 use diffrl_core::seeding::Rng;
-use diffrl_core::vec_env::VecEnv;
-use diffrl_policy::{Policy, PolicyModel, SampleMode};
+use diffrl_core::space::Observation;
+use diffrl_core::vec_env::{VecEnv, VecStep};
+use diffrl_policy::{ObsBatch, Policy, PolicyModel, SampleMode};
 
 use crate::LearnError;
-use crate::eval::{History, batch, record_scene};
+use crate::runner;
 
 /// One policy call of a rollout: what it saw and the chain it sampled.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,9 +99,10 @@ pub(crate) fn chain_row<B: Backend>(
     ))
 }
 
-/// Logs a recorded rollout's per-step series at `env_step` `first + 1 + s` for step s: the
-/// environment's rewards, the reward module's per-step rewards (shaped) when it gives them, and
-/// the advantage of the decision whose chunk executed the step.
+/// Logs what the learner computed for a recorded rollout at `env_step` `first + 1 + s` for
+/// step s (the runner logged its scenes and environment rewards there while it played): the
+/// reward module's per-step rewards (shaped) when it gives them, and the advantage of the
+/// decision whose chunk executed the step.
 pub(crate) fn record_rollout_series(
     rec: &dyn Recorder,
     first: i64,
@@ -110,13 +112,6 @@ pub(crate) fn record_rollout_series(
 ) {
     use diffrl_core::record::StepSeries;
     let t0 = first + 1;
-    let env: Vec<f64> = rollout
-        .episode
-        .rewards
-        .iter()
-        .map(|&r| f64::from(r))
-        .collect();
-    rec.step_series(StepSeries::Reward, t0, &env);
     if let Some(shaped) = &rewards.per_step {
         rec.step_series(StepSeries::Shaped, t0, shaped);
     }
@@ -141,7 +136,10 @@ fn denormalized_chain<B: Backend>(policy: &Policy<B>, chain: &[f32]) -> Vec<f32>
 /// Plays `groups` groups of `group_size` rollouts on `venv` (which must hold exactly
 /// `groups * group_size` environments and reset in the same step). Environment `g * G` of each
 /// group draws the initial state from `seed`; the group's other environments restore it.
-/// Rollouts are stochastic (the rollout chain) and record their chains.
+/// Rollouts are stochastic (the rollout chain, with `frozen` running the chain steps before
+/// the fine-tuned ones) and record their chains. With `rec` on, rollout 0 is recorded: its
+/// scene and reward at every step and its policy calls (chunks, chains, log-probs); the
+/// rollouts are the same.
 #[allow(clippy::too_many_arguments)]
 pub fn collect_groups<E: Env, B: Backend>(
     venv: &mut VecEnv<E>,
@@ -152,35 +150,8 @@ pub fn collect_groups<E: Env, B: Backend>(
     seed: u64,
     rng: &mut Rng,
     device: &B::Device,
-) -> Result<(Vec<GroupRollout>, CollectStats), LearnError> {
-    collect_groups_recorded(
-        venv,
-        policy,
-        frozen,
-        groups,
-        group_size,
-        seed,
-        rng,
-        device,
-        &NoRecorder,
-    )
-}
-
-/// [`collect_groups`] that records rollout 0 into `rec`: its scene at every step and its policy
-/// calls (chunks, chains, log-probs). The rollouts are the same.
-#[allow(clippy::too_many_arguments)]
-pub fn collect_groups_recorded<E: Env, B: Backend>(
-    venv: &mut VecEnv<E>,
-    policy: &Policy<B>,
-    frozen: Option<&PolicyModel<B>>,
-    groups: usize,
-    group_size: usize,
-    seed: u64,
-    rng: &mut Rng,
-    device: &B::Device,
     rec: &dyn Recorder,
 ) -> Result<(Vec<GroupRollout>, CollectStats), LearnError> {
-    let recording = rec.enabled();
     let n = groups * group_size;
     if venv.len() != n {
         return Err(LearnError::Data(format!(
@@ -188,12 +159,6 @@ pub fn collect_groups_recorded<E: Env, B: Backend>(
             venv.len()
         )));
     }
-    let to = policy.config.obs_horizon;
-    let ta = policy.config.action_horizon;
-    let [tp, da] = policy.chunk();
-    let k = policy.chain_len();
-    let images = policy.spec.image.is_some();
-    let mut stats = CollectStats::default();
     let t = Instant::now();
     let mut first = venv.reset(seed);
     for g in 0..groups {
@@ -202,116 +167,126 @@ pub fn collect_groups_recorded<E: Env, B: Backend>(
             first[g * group_size + j] = venv.restore(g * group_size + j, &snap);
         }
     }
-    stats.env_s += t.elapsed().as_secs_f64();
-    if recording {
-        stats.recorded_env_step = Some(record_scene(venv, rec));
-    }
-    let mut histories: Vec<History> = first.into_iter().map(|o| History::new(o, to)).collect();
-    let mut rollouts: Vec<GroupRollout> = (0..n)
-        .map(|i| GroupRollout {
-            group: i / group_size,
-            episode: Episode::default(),
-            decisions: Vec::new(),
-        })
-        .collect();
-    let mut queues: Vec<std::collections::VecDeque<Vec<f32>>> = vec![Default::default(); n];
-    let mut live = vec![true; n];
-    let mut last: Vec<Vec<f32>> = vec![vec![0.0; da]; n];
-    while live.iter().any(|&l| l) {
-        let need: Vec<usize> = (0..n)
-            .filter(|&i| live[i] && queues[i].is_empty())
-            .collect();
-        if !need.is_empty() {
-            let t = Instant::now();
-            let obs = batch(&histories, &need, images);
-            let act = policy.act(frozen, &obs, SampleMode::Stochastic, true, rng, device)?;
-            let chain = to_vec(act.sample.chain.expect("recorded chain"))?;
-            let logp = to_vec(act.sample.logp.expect("recorded log-probs"))?;
-            let per_chain = (k + 1) * tp * da;
-            let per_state = obs.state.len() / need.len();
-            let per_image = obs.image.as_ref().map(|v| v.len() / need.len());
-            if recording && need[0] == 0 {
-                rec.policy_call(&PolicyCall {
-                    action_dim: da,
-                    predicted: &act.actions[..tp * da],
-                    executed: ta,
-                    chain: &denormalized_chain(policy, &chain[..per_chain]),
-                    logp: &logp[..k],
-                });
-            }
-            for (j, &i) in need.iter().enumerate() {
-                let chunk = &act.actions[j * tp * da..(j + 1) * tp * da];
-                queues[i].extend(chunk.chunks(da).take(ta).map(<[f32]>::to_vec));
-                let env_step = rollouts[i].episode.len();
-                rollouts[i].decisions.push(Decision {
-                    state: obs.state[j * per_state..(j + 1) * per_state].to_vec(),
-                    image: obs
-                        .image
-                        .as_ref()
-                        .zip(per_image)
-                        .map(|(v, p)| v[j * p..(j + 1) * p].to_vec()),
-                    chain: chain[j * per_chain..(j + 1) * per_chain].to_vec(),
-                    logp: logp[j * k..(j + 1) * k].to_vec(),
-                    env_step,
-                    executed: 0,
-                });
-            }
-            stats.decisions += need.len();
-            stats.policy_s += t.elapsed().as_secs_f64();
-        }
-        let actions: Vec<Vec<f32>> = (0..n)
-            .map(|i| match queues[i].pop_front() {
-                Some(a) => {
-                    last[i] = a.clone();
-                    a
-                }
-                // Finished rollouts idle (their environments play on, unrecorded).
-                None => last[i].clone(),
+    let reset_s = t.elapsed().as_secs_f64();
+    let mut collector = GroupCollector {
+        policy,
+        frozen,
+        rng,
+        device,
+        rollouts: (0..n)
+            .map(|i| GroupRollout {
+                group: i / group_size,
+                episode: Episode::default(),
+                decisions: Vec::new(),
             })
-            .collect();
-        let t = Instant::now();
-        let step = venv.step(&actions)?;
-        stats.env_s += t.elapsed().as_secs_f64();
-        if recording && live[0] {
-            if step.terminated[0] || step.truncated[0] {
-                // The environment has reset already; keep the last scene on screen.
-                rec.tick(Timeline::EnvStep);
-            } else {
-                record_scene(venv, rec);
-            }
+            .collect(),
+    };
+    let played = runner::play(venv, first, vec![1; n], &mut collector, rec)?;
+    let stats = CollectStats {
+        env_s: reset_s + played.env_s,
+        policy_s: played.policy_s,
+        env_steps: played.env_steps,
+        decisions: played.decisions,
+        recorded_env_step: played.first_env_step,
+    };
+    Ok((collector.rollouts, stats))
+}
+
+/// Group collection as a [`runner::Agent`]: stochastic chains, every call kept as a
+/// [`Decision`] of its rollout.
+struct GroupCollector<'a, B: Backend> {
+    policy: &'a Policy<B>,
+    frozen: Option<&'a PolicyModel<B>>,
+    rng: &'a mut Rng,
+    device: &'a B::Device,
+    rollouts: Vec<GroupRollout>,
+}
+
+impl<B: Backend> runner::Agent for GroupCollector<'_, B> {
+    fn obs_horizon(&self) -> usize {
+        self.policy.config.obs_horizon
+    }
+    fn action_horizon(&self) -> usize {
+        self.policy.config.action_horizon
+    }
+    fn action_dim(&self) -> usize {
+        self.policy.spec.action_dim
+    }
+    fn images(&self) -> bool {
+        self.policy.spec.image.is_some()
+    }
+
+    fn act(
+        &mut self,
+        envs: &[usize],
+        obs: &ObsBatch,
+        rec: &dyn Recorder,
+    ) -> Result<Vec<f32>, LearnError> {
+        let (policy, ta) = (self.policy, self.action_horizon());
+        let [tp, da] = policy.chunk();
+        let k = policy.chain_len();
+        let act = policy.act(
+            self.frozen,
+            obs,
+            SampleMode::Stochastic,
+            true,
+            self.rng,
+            self.device,
+        )?;
+        let chain = to_vec(act.sample.chain.expect("recorded chain"))?;
+        let logp = to_vec(act.sample.logp.expect("recorded log-probs"))?;
+        let per_chain = (k + 1) * tp * da;
+        let per_state = obs.state.len() / envs.len();
+        let per_image = obs.image.as_ref().map(|v| v.len() / envs.len());
+        if rec.enabled() && envs[0] == 0 {
+            rec.policy_call(&PolicyCall {
+                action_dim: da,
+                predicted: &act.actions[..tp * da],
+                executed: ta,
+                chain: &denormalized_chain(policy, &chain[..per_chain]),
+                logp: &logp[..k],
+            });
         }
-        for i in 0..n {
-            if !live[i] {
-                continue;
-            }
-            let before = histories[i]
-                .frames
-                .back()
-                .cloned()
-                .expect("histories are never empty");
-            let r = &mut rollouts[i];
-            r.episode.push(
-                before,
-                actions[i].clone(),
-                step.rewards[i],
-                step.infos[i].score,
-                step.infos[i].success,
-            );
-            if let Some(d) = r.decisions.last_mut() {
-                d.executed += 1;
-            }
-            stats.env_steps += 1;
-            if step.terminated[i] || step.truncated[i] {
-                r.episode.terminated = step.terminated[i];
-                r.episode.truncated = step.truncated[i];
-                r.episode.final_observation = step.final_obs[i].clone();
-                live[i] = false;
-            } else {
-                histories[i].push(step.obs[i].clone());
-            }
+        for (j, &i) in envs.iter().enumerate() {
+            let rollout = &mut self.rollouts[i];
+            rollout.decisions.push(Decision {
+                state: obs.state[j * per_state..(j + 1) * per_state].to_vec(),
+                image: obs
+                    .image
+                    .as_ref()
+                    .zip(per_image)
+                    .map(|(v, p)| v[j * p..(j + 1) * p].to_vec()),
+                chain: chain[j * per_chain..(j + 1) * per_chain].to_vec(),
+                logp: logp[j * k..(j + 1) * k].to_vec(),
+                env_step: rollout.episode.len(),
+                executed: 0,
+            });
+        }
+        Ok(act
+            .actions
+            .chunks(tp * da)
+            .flat_map(|c| c[..ta * da].iter().copied())
+            .collect())
+    }
+
+    fn observe(&mut self, env: usize, before: &Observation, action: &[f32], step: &VecStep) {
+        let r = &mut self.rollouts[env];
+        r.episode.push(
+            before.clone(),
+            action.to_vec(),
+            step.rewards[env],
+            step.infos[env].score,
+            step.infos[env].success,
+        );
+        if let Some(d) = r.decisions.last_mut() {
+            d.executed += 1;
+        }
+        if step.terminated[env] || step.truncated[env] {
+            r.episode.terminated = step.terminated[env];
+            r.episode.truncated = step.truncated[env];
+            r.episode.final_observation = step.final_obs[env].clone();
         }
     }
-    Ok((rollouts, stats))
 }
 
 fn to_vec<B: Backend, const D: usize>(

@@ -18,6 +18,13 @@ use crate::render::{Scene, render_rgb};
 
 /// Coverage above which the task is solved.
 pub const SUCCESS_THRESHOLD: f64 = 0.95;
+
+/// GiGPO anchor cell size of every state dimension: 5 px for positions and keypoints. The block
+/// angle of the 5-d state gets 5 as well, i.e. 5 rad, so it hardly splits anchors: 5 in every
+/// dimension is the single grid GiGPO used before environments gave their own cells, and keeps
+/// its results. A finer angle cell is untested.
+pub const ANCHOR_CELL: f32 = 5.0;
+
 /// gym-pusht's TimeLimit.
 pub const MAX_EPISODE_STEPS: usize = 300;
 /// Target positions in the arena.
@@ -482,6 +489,12 @@ impl Env for PushT {
 
     fn action_space(&self) -> BoxSpace {
         ACTION_SPACE.clone()
+    }
+
+    /// [`ANCHOR_CELL`] in every state dimension.
+    fn anchor_cells(&self) -> Option<Vec<f32>> {
+        let dims = self.observation_space().state.map_or(0, |s| s.dim());
+        Some(vec![ANCHOR_CELL; dims])
     }
 
     fn max_episode_steps(&self) -> usize {

@@ -167,6 +167,8 @@ fn observation_modes_have_declared_shapes() {
         let o = env.reset(1);
         let space = env.observation_space();
         assert_eq!(o.state.len(), space.state.as_ref().unwrap().dim());
+        // GiGPO's anchor grid: 5 in every state dimension.
+        assert_eq!(env.anchor_cells(), Some(vec![5.0; o.state.len()]));
         assert!(
             space.state.as_ref().unwrap().contains(&o.state),
             "{obs:?}: {:?}",

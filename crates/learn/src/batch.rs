@@ -1,0 +1,176 @@
+//! The scored rollouts of one fine-tuning iteration: rounds of group rollouts
+//! ([`crate::rollout::collect_groups`]), each rollout scored by the reward module, and the groups
+//! the learner keeps.
+
+use burn::tensor::backend::AutodiffBackend;
+use diffrl_core::env::Env;
+use diffrl_core::episode::Episode;
+use diffrl_core::record::Recorder;
+use diffrl_core::reward::{EpisodeRewards, RewardModule};
+use diffrl_core::seeding::{derive, rng};
+use diffrl_core::vec_env::VecEnv;
+
+use crate::LearnError;
+use crate::rollout::{CollectStats, GroupRollout, collect_groups, record_rollout_series};
+use crate::session::Session;
+
+/// What one iteration collected.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    /// The kept rollouts, `group_size` consecutive ones per group.
+    pub kept: Vec<GroupRollout>,
+    /// The reward module's rewards of each kept rollout.
+    pub rewards: Vec<EpisodeRewards>,
+    /// Groups kept.
+    pub groups: usize,
+    /// Groups dropped (DAPO dynamic sampling).
+    pub dropped: usize,
+    /// Outcome of every rollout collected, kept or not.
+    pub outcomes: Vec<f64>,
+    /// Successful rollouts among them.
+    pub successes: usize,
+    /// Sum over them of the highest score.
+    pub max_score_sum: f64,
+    /// Where the time of every round went.
+    pub stats: CollectStats,
+    /// (`env_step` of rollout 0's start, its index in `kept`) when it was recorded and kept.
+    pub recorded: Option<(i64, usize)>,
+    /// Seconds collecting and scoring.
+    pub collect_s: f64,
+}
+
+impl Batch {
+    /// Adds a collection round's time and steps.
+    pub fn add_round(&mut self, round: &CollectStats) {
+        self.stats.env_s += round.env_s;
+        self.stats.policy_s += round.policy_s;
+        self.stats.env_steps += round.env_steps;
+        self.stats.decisions += round.decisions;
+    }
+
+    /// Counts one scored group of a round in the statistics; with `keep`, adds it to the batch.
+    pub fn add_group(
+        &mut self,
+        members: &[GroupRollout],
+        rewards: Vec<EpisodeRewards>,
+        keep: bool,
+        recorded_env_step: Option<i64>,
+    ) {
+        self.outcomes.extend(rewards.iter().map(|r| r.outcome));
+        self.successes += members.iter().filter(|r| r.episode.success()).count();
+        self.max_score_sum += members
+            .iter()
+            .map(|r| f64::from(r.episode.max_score()))
+            .sum::<f64>();
+        if !keep {
+            self.dropped += 1;
+            return;
+        }
+        if let Some(t) = recorded_env_step {
+            self.recorded = Some((t, self.kept.len()));
+        }
+        self.groups += 1;
+        for (mut r, rw) in members.iter().cloned().zip(rewards) {
+            r.group = self.groups - 1;
+            self.kept.push(r);
+            self.rewards.push(rw);
+        }
+    }
+
+    /// Logs the recorded rollout's per-step series with its `advantages` (per kept rollout,
+    /// per decision) when it was kept ([`record_rollout_series`]).
+    pub fn record_series(&self, rec: &dyn Recorder, advantages: &[Vec<f64>]) {
+        if let Some((t, ri)) = self.recorded {
+            record_rollout_series(rec, t, &self.kept[ri], &self.rewards[ri], &advantages[ri]);
+        }
+    }
+}
+
+/// One collection round.
+pub(crate) struct Round {
+    /// `group_size` consecutive rollouts per group.
+    pub rollouts: Vec<GroupRollout>,
+    /// The rewards of each group's rollouts.
+    pub rewards: Vec<Vec<EpisodeRewards>>,
+    /// Where its time went.
+    pub stats: CollectStats,
+}
+
+/// Collection round `round` of the iteration seeded `it_seed`: `groups` groups of `group_size`
+/// rollouts of the current policy (the frozen reference running the chain steps before the
+/// fine-tuned ones), then each group scored by `reward` (its rewards per rollout, then
+/// [`RewardModule::refine_group`]). Rollout 0 is recorded into `rec`. Every outcome must be
+/// finite.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn collect_round<E: Env, B: AutodiffBackend>(
+    run: &Session<'_, B>,
+    venv: &mut VecEnv<E>,
+    reward: &dyn RewardModule,
+    it_seed: u64,
+    round: usize,
+    groups: usize,
+    group_size: usize,
+    rec: &dyn Recorder,
+) -> Result<Round, LearnError> {
+    let (rollouts, stats) = collect_groups(
+        venv,
+        &run.policy.valid(),
+        Some(&run.reference.model),
+        groups,
+        group_size,
+        derive(it_seed, 100 + round as u64),
+        &mut rng(derive(it_seed, 1 + round as u64)),
+        &run.device,
+        rec,
+    )?;
+    let scored = rollouts
+        .chunks(group_size)
+        .enumerate()
+        .map(|(g, members)| score_group(reward, members, g, run.iteration))
+        .collect::<Result<_, _>>()?;
+    Ok(Round {
+        rollouts,
+        rewards: scored,
+        stats,
+    })
+}
+
+/// The reward module's rewards of one group's rollouts.
+fn score_group(
+    reward: &dyn RewardModule,
+    members: &[GroupRollout],
+    g: usize,
+    iteration: usize,
+) -> Result<Vec<EpisodeRewards>, LearnError> {
+    let mut rewards = members
+        .iter()
+        .enumerate()
+        .map(|(j, r)| {
+            reward.rewards(&r.episode).map_err(|e| {
+                LearnError::Data(format!(
+                    "reward module '{}' failed on rollout {j} of group {g} at iteration \
+                     {iteration}: {e}",
+                    reward.name()
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let episodes: Vec<&Episode> = members.iter().map(|r| &r.episode).collect();
+    reward.refine_group(&episodes, &mut rewards).map_err(|e| {
+        LearnError::Data(format!(
+            "reward module '{}' failed on group {g} at iteration {iteration}: {e}",
+            reward.name()
+        ))
+    })?;
+    for (j, r) in rewards.iter().enumerate() {
+        if !r.outcome.is_finite() {
+            return Err(LearnError::Data(format!(
+                "reward module '{}' gave a non-finite outcome ({}) for rollout {j} of group {g} \
+                 at iteration {iteration}",
+                reward.name(),
+                r.outcome
+            )));
+        }
+    }
+    Ok(rewards)
+}

@@ -1,0 +1,326 @@
+//! Policy-gradient fine-tuning over diffusion chains (the two-level MDP of
+//! docs/algorithms.md §2–3): every fine-tuned denoising step of every policy call is an action
+//! whose likelihood ratio is recomputed under the current parameters. What a caller of the two
+//! learners sees: their settings (the `[grpo]` table), the metrics of an iteration, the hooks
+//! and the outcome.
+//!
+//! - GRPO ([`crate::grpo`]): G rollouts per initial state; group-relative advantages
+//!   ([`crate::advantages`]: GRPO, Dr.GRPO, VG-GRPO, process, GiGPO; optional DAPO resampling
+//!   and an implicit process reward model).
+//! - PPO ([`crate::ppo`]): the DPPO-style baseline; independent rollouts, a state-only critic
+//!   and GAE over action-chunk steps, the same chain likelihoods and clipped objective
+//!   (`surrogate`).
+//!
+//! One iteration = collect rollouts -> score them -> advantages -> `epochs` passes of
+//! minibatches over (environment step, fine-tuned denoising step) pairs -> metrics ->
+//! checkpoint. An iteration depends only on (seed, iteration, state at its start), so a run
+//! resumed from a checkpoint continues exactly.
+//!
+//! Output folder: `policy/` (the current policy, loadable by `diffrl eval`) and `train_state/`
+//! (weights, optimiser state, critic or implicit PRM, `state.json`), both written atomically.
+
+use burn::tensor::backend::Backend;
+use diffrl_core::config::{Invalid, Validate, ensure};
+use diffrl_core::record::{NoRecorder, Recorder};
+use diffrl_policy::Policy;
+use diffrl_reward::implicit::{DpoStats, ImplicitPrmConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::LearnError;
+use crate::advantages::{AdvantageConfig, Estimator};
+use crate::ppo::PpoConfig;
+
+/// Which learner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// Group-relative policy optimisation.
+    #[default]
+    Grpo,
+    /// PPO with a learned critic (DPPO).
+    Ppo,
+}
+
+/// Fine-tuning settings (`[grpo]` in a run config; `diffrl ppo` reads the same table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpoConfig {
+    /// Iterations (collect + update).
+    pub iterations: usize,
+    /// Initial states per iteration (B).
+    pub groups: usize,
+    /// Rollouts per initial state (G); PPO plays B x G independent rollouts instead.
+    pub group_size: usize,
+    /// Fine-tuned denoising steps K': the last K' steps of the chain are trained, the earlier
+    /// ones run the frozen pretrained copy; 0 = all K. The same meaning as
+    /// `[policy.diffusion].ft_denoising_steps`, whose value it replaces for fine-tuning.
+    pub ft_denoising_steps: usize,
+    /// Floor on the sampling standard deviation of the rollouts' chains (normalised action
+    /// units; 0 = keep the checkpoint's `min_sampling_std`). The exploration noise: Push-T needs
+    /// a few pixels of precision, and the behaviour-cloning default of 0.1 (about 26 px) drops
+    /// a 58% policy to 16% in stochastic rollouts (docs/grpo.md).
+    pub min_sampling_std: f64,
+    /// Floor on the standard deviation of the chains' log-likelihoods (0 = the checkpoint's
+    /// `min_logprob_std`); set it with `min_sampling_std` so likelihoods are the sampler's.
+    pub min_logprob_std: f64,
+    /// Passes over the batch per iteration.
+    pub epochs: usize,
+    /// (environment step, denoising step) pairs per minibatch.
+    pub minibatch: usize,
+    /// Actor learning rate (AdamW, constant).
+    pub lr: f64,
+    /// AdamW decoupled weight decay.
+    pub weight_decay: f64,
+    /// Lower ratio clip epsilon.
+    pub clip_low: f64,
+    /// Upper ratio clip epsilon.
+    pub clip_high: f64,
+    /// Weight of the k3 KL to the frozen pretrained policy.
+    pub beta: f64,
+    /// Denoising discount: fine-tuned step i of K' has its advantage scaled by
+    /// gamma^(K' - i - 1).
+    pub denoise_gamma: f64,
+    /// Global gradient-norm clip (0 = off).
+    pub grad_clip: f64,
+    /// Stop the epochs of an iteration once the approximate KL exceeds this (0 = off).
+    pub target_kl: f64,
+    /// Advantage estimator.
+    pub advantage: AdvantageConfig,
+    /// DAPO dynamic sampling: drop groups whose rewards are all equal and collect more.
+    pub dynamic_sampling: bool,
+    /// Extra collection rounds dynamic sampling may use per iteration.
+    pub max_resample_rounds: usize,
+    /// Non-finite losses skipped before the run stops with an error.
+    pub max_nan_updates: usize,
+    /// Iterations between checkpoints.
+    pub checkpoint_every: usize,
+    /// Iterations between evaluations (0 = only at the end, by the caller).
+    pub eval_every: usize,
+    /// Episodes of each of those evaluations (0 = none).
+    pub eval_episodes: usize,
+    /// PPO settings.
+    pub ppo: PpoConfig,
+    /// OPRL implicit process reward model (`[grpo.implicit_prm]`): a policy copy trained with
+    /// trajectory DPO on each batch; its log-ratio to the behaviour policy becomes the step
+    /// rewards (replacing the reward module's), read by the `process`, `grpo-process` and
+    /// `gigpo` estimators. Absent = off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub implicit_prm: Option<ImplicitPrmConfig>,
+}
+
+impl Default for GrpoConfig {
+    fn default() -> Self {
+        Self {
+            iterations: 30,
+            groups: 8,
+            group_size: 8,
+            ft_denoising_steps: 2,
+            min_sampling_std: 0.03,
+            min_logprob_std: 0.03,
+            epochs: 4,
+            minibatch: 2048,
+            lr: 3e-5,
+            weight_decay: 0.0,
+            clip_low: 0.01,
+            clip_high: 0.01,
+            beta: 0.0,
+            denoise_gamma: 1.0,
+            grad_clip: 1.0,
+            target_kl: 0.0,
+            advantage: AdvantageConfig::default(),
+            dynamic_sampling: false,
+            max_resample_rounds: 2,
+            max_nan_updates: 3,
+            checkpoint_every: 1,
+            eval_every: 0,
+            eval_episodes: 50,
+            ppo: PpoConfig::default(),
+            implicit_prm: None,
+        }
+    }
+}
+
+impl Validate for GrpoConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(self.iterations >= 1, "iterations", "must be >= 1")?;
+        ensure(self.groups >= 1, "groups", "must be >= 1")?;
+        ensure(
+            self.group_size >= 2,
+            "group_size",
+            "must be >= 2: group-relative advantages compare rollouts of one initial state",
+        )?;
+        ensure(self.epochs >= 1, "epochs", "must be >= 1")?;
+        for (v, key) in [
+            (self.min_sampling_std, "min_sampling_std"),
+            (self.min_logprob_std, "min_logprob_std"),
+        ] {
+            ensure(
+                v.is_finite() && v >= 0.0,
+                key,
+                "must be >= 0 (0 = the checkpoint's)",
+            )?;
+        }
+        ensure(self.minibatch >= 1, "minibatch", "must be >= 1")?;
+        ensure(self.lr > 0.0 && self.lr.is_finite(), "lr", "must be > 0")?;
+        ensure(self.weight_decay >= 0.0, "weight_decay", "must be >= 0")?;
+        ensure(
+            self.clip_low > 0.0 && self.clip_low < 1.0,
+            "clip_low",
+            "must be in (0, 1)",
+        )?;
+        ensure(self.clip_high > 0.0, "clip_high", "must be > 0")?;
+        ensure(self.beta >= 0.0, "beta", "must be >= 0")?;
+        ensure(
+            self.denoise_gamma > 0.0 && self.denoise_gamma <= 1.0,
+            "denoise_gamma",
+            "must be in (0, 1]",
+        )?;
+        ensure(self.grad_clip >= 0.0, "grad_clip", "must be >= 0 (0 = off)")?;
+        ensure(self.target_kl >= 0.0, "target_kl", "must be >= 0 (0 = off)")?;
+        ensure(
+            self.checkpoint_every >= 1,
+            "checkpoint_every",
+            "must be >= 1",
+        )?;
+        ensure(
+            (0.0..=1.0).contains(&self.ppo.gamma),
+            "ppo.gamma",
+            "must be in [0, 1]",
+        )?;
+        ensure(
+            (0.0..=1.0).contains(&self.ppo.lambda),
+            "ppo.lambda",
+            "must be in [0, 1]",
+        )?;
+        ensure(self.ppo.critic_lr > 0.0, "ppo.critic_lr", "must be > 0")?;
+        ensure(
+            self.ppo.critic_hidden >= 1,
+            "ppo.critic_hidden",
+            "must be >= 1",
+        )?;
+        self.advantage
+            .validate()
+            .map_err(|e| Invalid::new("advantage", e.to_string()))?;
+        if let Some(prm) = &self.implicit_prm {
+            prm.validate()
+                .map_err(|e| Invalid::new("implicit_prm", e.to_string()))?;
+            ensure(
+                matches!(
+                    self.advantage.estimator,
+                    Estimator::Process | Estimator::GrpoProcess | Estimator::Gigpo
+                ),
+                "implicit_prm",
+                "gives step rewards, which only the process, grpo-process and gigpo estimators \
+                 read; set [grpo.advantage].estimator to one of them",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Metrics of one iteration (one line of metrics.jsonl).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct GrpoLog {
+    /// Iterations done.
+    pub iteration: usize,
+    /// Environment steps collected so far (live rollouts only).
+    pub env_steps: usize,
+    /// Episodes collected so far.
+    pub episodes: usize,
+    /// Mean outcome reward of this iteration's rollouts.
+    pub reward_mean: f64,
+    /// Its standard deviation.
+    pub reward_std: f64,
+    /// Success rate of this iteration's rollouts.
+    pub success_rate: f64,
+    /// Mean of per-rollout max score.
+    pub mean_max_score: f64,
+    /// Fraction of groups whose rewards are all equal (they carry no GRPO signal).
+    pub frac_zero_var_groups: f64,
+    /// Groups dropped by dynamic sampling.
+    pub dropped_groups: usize,
+    /// Mean surrogate loss.
+    pub loss: f64,
+    /// Mean critic loss (PPO).
+    pub value_loss: f64,
+    /// Fraction of pairs whose ratio was clipped.
+    pub clip_frac: f64,
+    /// Approximate KL(old || new), mean of (r - 1) - log r.
+    pub approx_kl: f64,
+    /// k3 KL to the pretrained policy (when beta > 0).
+    pub ref_kl: f64,
+    /// Smallest ratio seen.
+    pub ratio_min: f64,
+    /// Largest ratio seen.
+    pub ratio_max: f64,
+    /// Mean gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Smallest new log-prob.
+    pub logp_min: f64,
+    /// Largest new log-prob.
+    pub logp_max: f64,
+    /// Epochs run (fewer than configured after a KL early stop).
+    pub epochs: usize,
+    /// Minibatches skipped for a non-finite loss.
+    pub skipped_updates: usize,
+    /// Seconds collecting (environment + policy).
+    pub collect_s: f64,
+    /// Of which stepping environments.
+    pub env_s: f64,
+    /// Of which in policy calls.
+    pub policy_s: f64,
+    /// Seconds updating.
+    pub update_s: f64,
+    /// Seconds training and scoring the implicit PRM (0 without one).
+    #[serde(default)]
+    pub prm_s: f64,
+    /// Environment steps per second of collection.
+    pub collect_steps_per_s: f64,
+    /// Pairs per second of update (forward + backward + optimiser).
+    pub update_pairs_per_s: f64,
+    /// Seconds since this process started.
+    pub elapsed_s: f64,
+    /// The implicit PRM's DPO update, when one is trained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prm: Option<DpoStats>,
+}
+
+/// Callbacks from the loop.
+pub trait GrpoHooks<B: Backend> {
+    /// One line per iteration.
+    fn log(&mut self, _line: &GrpoLog) {}
+    /// Evaluates the policy after `iteration`; the JSON is stored with the checkpoint.
+    fn evaluate(
+        &mut self,
+        _iteration: usize,
+        _policy: &Policy<B>,
+    ) -> Result<Option<serde_json::Value>, LearnError> {
+        Ok(None)
+    }
+    /// Whether to stop after the current iteration (a checkpoint is written first).
+    fn should_stop(&self) -> bool {
+        false
+    }
+    /// Where the loop records rollout 0 of every iteration (scenes, chains, per-step rewards
+    /// and advantages) and group statistics, on `train_step` = the iteration being collected
+    /// for (1-based, as in [`GrpoLog::iteration`]).
+    fn recorder(&self) -> &dyn Recorder {
+        &NoRecorder
+    }
+}
+
+/// Hooks that do nothing.
+pub struct NoHooks;
+impl<B: Backend> GrpoHooks<B> for NoHooks {}
+
+/// How fine-tuning ended.
+pub struct GrpoOutcome<B: Backend> {
+    /// The fine-tuned policy.
+    pub policy: Policy<B>,
+    /// Iterations done in total.
+    pub iterations: usize,
+    /// Whether the loop stopped early.
+    pub interrupted: bool,
+    /// The last iteration's metrics.
+    pub last: Option<GrpoLog>,
+}
