@@ -152,6 +152,9 @@ impl Env for Relabel {
     fn scene(&self) -> Option<diffrl_core::scene::Scene2d> {
         self.env.scene()
     }
+    fn anchor_cells(&self) -> Option<Vec<f32>> {
+        self.env.anchor_cells()
+    }
 }
 
 /// What one DAgger round of rollouts gave.

@@ -30,6 +30,7 @@ trait ErasedEnv: Send {
     fn observe(&mut self) -> Observation;
     fn elapsed_steps(&self) -> usize;
     fn scene(&self) -> Option<Scene>;
+    fn anchor_cells(&self) -> Option<Vec<f32>>;
     fn true_state(&self) -> Vec<f64>;
     fn reset_to_state(&mut self, state: &[f64], seed: u64) -> Result<Observation, EnvError>;
     fn describe_step(&self, action: &[f32], result: &StepResult) -> String;
@@ -70,6 +71,9 @@ impl<E: TaskEnv> ErasedEnv for E {
     }
     fn scene(&self) -> Option<Scene> {
         Env::scene(self)
+    }
+    fn anchor_cells(&self) -> Option<Vec<f32>> {
+        Env::anchor_cells(self)
     }
     fn true_state(&self) -> Vec<f64> {
         TaskEnv::true_state(self)
@@ -137,6 +141,9 @@ impl Env for DynEnv {
     fn scene(&self) -> Option<Scene> {
         self.0.scene()
     }
+    fn anchor_cells(&self) -> Option<Vec<f32>> {
+        self.0.anchor_cells()
+    }
 }
 
 impl TaskEnv for DynEnv {
@@ -189,5 +196,108 @@ impl Expert<DynEnv> for DynExpert {
     /// If `env` belongs to another task than the expert.
     fn act(&mut self, env: &DynEnv) -> Vec<f32> {
         self.0.act(env.as_any())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DynEnv;
+    use crate::env::{Env, Info, StepResult};
+    use crate::error::EnvError;
+    use crate::scene::Scene;
+    use crate::space::{BoxSpace, Observation, ObservationSpace};
+    use crate::task::TaskEnv;
+
+    /// Overrides every defaulted method of `Env` and `TaskEnv` with a value no default gives.
+    struct Probe(usize);
+
+    impl Env for Probe {
+        type Snapshot = usize;
+        fn observation_space(&self) -> ObservationSpace {
+            ObservationSpace {
+                state: Some(BoxSpace::uniform(&["x"], -1.0, 1.0)),
+                image: None,
+                text: false,
+                agents: 1,
+            }
+        }
+        fn action_space(&self) -> BoxSpace {
+            BoxSpace::uniform(&["dx"], -1.0, 1.0)
+        }
+        fn max_episode_steps(&self) -> usize {
+            7
+        }
+        fn reset(&mut self, _seed: u64) -> Observation {
+            self.0 = 0;
+            self.observe()
+        }
+        fn step(&mut self, _action: &[f32]) -> Result<StepResult, EnvError> {
+            self.0 += 1;
+            Ok(StepResult {
+                obs: self.observe(),
+                reward: 0.5,
+                terminated: false,
+                truncated: false,
+                info: Info::default(),
+            })
+        }
+        fn snapshot(&self) -> usize {
+            self.0
+        }
+        fn restore(&mut self, snapshot: &usize) -> Observation {
+            self.0 = *snapshot;
+            self.observe()
+        }
+        fn observe(&mut self) -> Observation {
+            Observation {
+                state: vec![self.0 as f32],
+                ..Observation::default()
+            }
+        }
+        fn elapsed_steps(&self) -> usize {
+            self.0
+        }
+        fn scene(&self) -> Option<Scene> {
+            Some(Scene::new([[0.0, 0.0], [1.0, 1.0]], false))
+        }
+        fn anchor_cells(&self) -> Option<Vec<f32>> {
+            Some(vec![0.25])
+        }
+    }
+
+    impl TaskEnv for Probe {
+        fn true_state(&self) -> Vec<f64> {
+            vec![self.0 as f64]
+        }
+        fn reset_to_state(&mut self, state: &[f64], _seed: u64) -> Result<Observation, EnvError> {
+            self.0 = state[0] as usize;
+            Ok(self.observe())
+        }
+        fn describe_step(&self, _action: &[f32], _result: &StepResult) -> String {
+            "probe".into()
+        }
+    }
+
+    /// A forgotten forward would silently fall back to the trait's default.
+    #[test]
+    fn the_erased_env_forwards_every_defaulted_method() {
+        let (mut plain, mut erased) = (Probe(0), DynEnv::new(Probe(0)));
+        assert_eq!(erased.scene(), plain.scene());
+        assert_eq!(erased.anchor_cells(), plain.anchor_cells());
+        assert_eq!(
+            erased.reset_to_state(&[3.0], 0).unwrap(),
+            plain.reset_to_state(&[3.0], 0).unwrap()
+        );
+        let (a, b) = (erased.step(&[0.0]).unwrap(), plain.step(&[0.0]).unwrap());
+        assert_eq!(a, b);
+        assert_eq!(
+            erased.describe_step(&[0.0], &a),
+            plain.describe_step(&[0.0], &b)
+        );
+        let snap = erased.snapshot();
+        erased.step(&[0.0]).unwrap();
+        assert_eq!(erased.restore(&snap), plain.observe());
+        assert_eq!(erased.downcast_ref::<Probe>().map(|p| p.0), Some(4));
+        assert_eq!(erased.elapsed_steps(), 4);
     }
 }
