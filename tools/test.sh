@@ -4,15 +4,32 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/target_dir.sh
-echo "== cargo fmt --check"
+# Each phase's wall time, so a slow CI run says where its minutes went.
+phase_start=$SECONDS
+phase() {
+  echo "   ($(( SECONDS - phase_start )) s)"
+  phase_start=$SECONDS
+  echo "== $1"
+}
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy (warnings are errors)"
+phase "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo check --features cuda (the GPU path must keep compiling; CI has no GPU)"
+phase "cargo check --features cuda (the GPU path must keep compiling; CI has no GPU)"
 cargo check -p diffrl-cli --features cuda --locked
-echo "== cargo test"
-cargo test --workspace --locked
-echo "== diffrl serve against the real openpi client (tools/serve_check.sh)"
+# cargo-nextest (on the machine image) runs every test binary's tests side by side; plain
+# cargo test where it is missing. Doc examples run through cargo test either way.
+if cargo nextest --version >/dev/null 2>&1; then
+  phase "cargo nextest run"
+  cargo nextest run --workspace --locked --no-fail-fast --failure-output final --status-level fail
+  phase "cargo test --doc"
+  cargo test --workspace --doc --locked
+else
+  phase "cargo test"
+  cargo test --workspace --locked
+fi
+phase "diffrl serve against the real openpi client (tools/serve_check.sh)"
 bash tools/serve_check.sh
-echo "== recordings against the real Rerun tools (tools/rrd_check.sh)"
+phase "recordings against the real Rerun tools (tools/rrd_check.sh)"
 bash tools/rrd_check.sh
+phase "done"
