@@ -22,6 +22,7 @@ use diffrl_core::lerobot::read_dataset;
 use diffrl_core::record::{EpisodeEnd, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic};
 use diffrl_core::run_dir::RunDir;
 use diffrl_core::scene::Scene2d;
+use diffrl_core::stats;
 use diffrl_learn::eval::EvalReport;
 use diffrl_learn::grpo::Algorithm;
 use diffrl_policy::{SampleMode, checkpoint};
@@ -934,9 +935,7 @@ fn paired_score_diff(bc: &EvalReport, grpo: &EvalReport) -> Option<(f64, f64)> {
         .zip(&grpo.per_episode)
         .map(|(a, b)| f64::from(b.max_score) - f64::from(a.max_score))
         .collect();
-    let mean = d.iter().sum::<f64>() / n as f64;
-    let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    Some((mean, 1.96 * (var / n as f64).sqrt()))
+    stats::paired_mean_interval(&d, stats::Z95)
 }
 
 /// Exact McNemar test on paired successes: (episodes only GRPO solved, episodes only BC solved,
@@ -954,17 +953,7 @@ fn mcnemar(bc: &EvalReport, grpo: &EvalReport) -> Option<(usize, usize, f64)> {
         .filter(|(a, b)| !a.success && b.success)
         .count();
     let only_bc = pairs.filter(|(a, b)| a.success && !b.success).count();
-    let n = only_grpo + only_bc;
-    // P(X <= min) for X ~ Binomial(n, 1/2), doubled; computed in logs to stay finite.
-    let ln_choose = |n: usize, k: usize| -> f64 {
-        (1..=k)
-            .map(|i| ((n + 1 - i) as f64).ln() - (i as f64).ln())
-            .sum()
-    };
-    let tail: f64 = (0..=only_grpo.min(only_bc))
-        .map(|k| (ln_choose(n, k) - n as f64 * std::f64::consts::LN_2).exp())
-        .sum();
-    Some((only_grpo, only_bc, (2.0 * tail).min(1.0)))
+    Some((only_grpo, only_bc, stats::mcnemar_exact(only_grpo, only_bc)))
 }
 
 /// Reads the JSON lines of a metrics.jsonl (unreadable lines skipped).
@@ -1256,7 +1245,7 @@ mod tests {
     }
 
     #[test]
-    fn mcnemar_matches_the_exact_binomial_test() {
+    fn mcnemar_counts_the_discordant_pairs() {
         use diffrl_learn::eval::EpisodeStats;
         let ep = |success: bool| EpisodeStats {
             env: 0,
@@ -1266,8 +1255,8 @@ mod tests {
             total_reward: 0.0,
             length: 1,
         };
-        // 12 episodes only GRPO solved, 4 only BC, 80 neither, 4 both: scipy's
-        // binomtest(4, 16, 0.5).pvalue = 0.076812744140625.
+        // 12 episodes only GRPO solved, 4 only BC, 80 neither, 4 both (the p-value's own test
+        // is in diffrl_core::stats).
         let mut a = Vec::new();
         let mut b = Vec::new();
         for (x, y, n) in [
@@ -1287,7 +1276,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!((g, o), (12, 4));
-        assert!((p - 0.076812744140625).abs() < 1e-12, "{p}");
+        assert_eq!(p, stats::mcnemar_exact(12, 4));
         let none = EvalReport::from_episodes(vec![ep(false); 3], 1, 1);
         assert_eq!(mcnemar(&none, &none).unwrap().2, 1.0);
     }
