@@ -19,9 +19,8 @@ use burn::tensor::backend::AutodiffBackend;
 use clap::Args;
 use diffrl_core::fs::{content_hash, write_atomic};
 use diffrl_core::lerobot::read_dataset;
-use diffrl_core::record::{EpisodeEnd, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic};
+use diffrl_core::record::{Level, Recorder, Timeline, TrainStepOffset};
 use diffrl_core::run_dir::RunDir;
-use diffrl_core::scene::Scene2d;
 use diffrl_core::stats;
 use diffrl_learn::eval::EvalReport;
 use diffrl_learn::grpo::Algorithm;
@@ -411,10 +410,10 @@ fn stages<B: AutodiffBackend>(
             let (mut data, mut policy) = (dataset.clone(), stage.dir.join("policy"));
             for r in 1..=cfg.dagger.rounds {
                 let dir = stage.dir.join(format!("dagger/round-{r}"));
-                let shifted = Shifted {
-                    inner: rec,
-                    by: (cfg.pretrain.steps + (r - 1) * cfg.dagger.steps) as i64,
-                };
+                let shifted = TrainStepOffset::new(
+                    rec,
+                    (cfg.pretrain.steps + (r - 1) * cfg.dagger.steps) as i64,
+                );
                 let record =
                     crate::dagger::round::<B>(cfg, r, &data, &policy, &dir, device, out, &shifted)?;
                 writeln!(
@@ -541,10 +540,7 @@ fn stages<B: AutodiffBackend>(
             let resume =
                 matches!(state, StageState::Partial) && grpo_dir.join("train_state").exists();
             let t0 = Instant::now();
-            let shifted = Shifted {
-                inner: rec,
-                by: offset,
-            };
+            let shifted = TrainStepOffset::new(rec, offset);
             finetune::finetune_recorded::<B>(
                 cfg,
                 Algorithm::Grpo,
@@ -813,64 +809,6 @@ fn demos_stage(
         true,
     )?;
     Ok((demos_dir, Some(summary), fingerprint))
-}
-
-/// A recorder that moves the `train_step` timeline by `by` (GRPO iterations after BC steps).
-struct Shifted<'a> {
-    inner: &'a dyn Recorder,
-    by: i64,
-}
-
-impl Recorder for Shifted<'_> {
-    fn enabled(&self) -> bool {
-        self.inner.enabled()
-    }
-    fn set_time(&self, timeline: Timeline, value: i64) {
-        let v = if timeline == Timeline::TrainStep {
-            value + self.by
-        } else {
-            value
-        };
-        self.inner.set_time(timeline, v);
-    }
-    fn tick(&self, timeline: Timeline) -> i64 {
-        let v = self.inner.tick(timeline);
-        if timeline == Timeline::TrainStep {
-            v - self.by
-        } else {
-            v
-        }
-    }
-    fn scene(&self, scene: &Scene2d) {
-        self.inner.scene(scene);
-    }
-    fn policy_call(&self, call: &PolicyCall<'_>) {
-        self.inner.policy_call(call);
-    }
-    fn step_series(&self, series: StepSeries, first_env_step: i64, values: &[f64]) {
-        self.inner.step_series(series, first_env_step, values);
-    }
-    fn group_stats(&self, outcomes: &[f64], group_size: usize) {
-        self.inner.group_stats(outcomes, group_size);
-    }
-    fn train_scalars(&self, step: i64, values: &[(Topic, &str, f64)]) {
-        self.inner.train_scalars(step + self.by, values);
-    }
-    fn episode_end(&self, end: &EpisodeEnd) {
-        self.inner.episode_end(end);
-    }
-    fn text(&self, path: &str, level: Level, text: &str) {
-        self.inner.text(path, level, text);
-    }
-    fn document(&self, path: &str, markdown: &str) {
-        self.inner.document(path, markdown);
-    }
-    fn bar_chart(&self, path: &str, values: &[f64]) {
-        self.inner.bar_chart(path, values);
-    }
-    fn flush(&self) {
-        self.inner.flush();
-    }
 }
 
 fn summary_json(r: &Results, total: f64, quick: bool) -> Value {
