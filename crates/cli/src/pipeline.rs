@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::config::{self, RunConfig};
 use crate::plots::{Panel, Series, curve, metrics_lines};
-use crate::train::{DeviceArg, check_spec, env_spec, run_eval_recorded, write_report};
+use crate::train::{DeviceArg, check_spec, env_spec, run_eval, write_report};
 use crate::viz::Recording;
 use crate::{demos, finetune, reward_cmd, train};
 
@@ -398,9 +398,7 @@ fn stages<B: AutodiffBackend>(
             let t0 = Instant::now();
             let bc_done = stage.dir.join("bc.json");
             if !bc_done.exists() {
-                train::pretrain_recorded::<B>(
-                    cfg, &dataset, None, &stage.dir, true, 0, device, out, rec,
-                )?;
+                train::pretrain::<B>(cfg, &dataset, None, &stage.dir, true, 0, device, out, rec)?;
                 write_atomic(&bc_done, b"{}\n")
                     .with_context(|| format!("writing {}", bc_done.display()))?;
             }
@@ -541,7 +539,7 @@ fn stages<B: AutodiffBackend>(
                 matches!(state, StageState::Partial) && grpo_dir.join("train_state").exists();
             let t0 = Instant::now();
             let shifted = TrainStepOffset::new(rec, offset);
-            finetune::finetune_recorded::<B>(
+            finetune::finetune::<B>(
                 cfg,
                 Algorithm::Grpo,
                 &policy_dir,
@@ -606,7 +604,7 @@ fn stages<B: AutodiffBackend>(
                     Level::Info,
                     &format!("evaluating the {what} policy ({})", dir.display()),
                 );
-                let r = run_eval_recorded(
+                let r = run_eval(
                     cfg,
                     &policy,
                     device,

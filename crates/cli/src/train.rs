@@ -13,7 +13,7 @@ use diffrl_core::dyn_task::EnvSection;
 use diffrl_core::env::Env;
 use diffrl_core::fs::write_atomic;
 use diffrl_core::lerobot::read_dataset;
-use diffrl_core::record::{Level, NoRecorder, Recorder, Timeline, Topic};
+use diffrl_core::record::{Level, Recorder, Timeline, Topic};
 use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_learn::LearnError;
 use diffrl_learn::bc::{self, BcHooks, BcLog};
@@ -185,21 +185,9 @@ pub(crate) fn bar(len: u64, template: &str) -> ProgressBar {
     pb
 }
 
-/// Evaluates `policy` on the configured environment.
+/// Evaluates `policy` on the configured environment, recording environment 0's episodes and
+/// every episode's end into `rec` (`&NoRecorder` for none), then a summary line.
 pub fn run_eval<B: Backend>(
-    cfg: &RunConfig,
-    policy: &Policy<B>,
-    device: &B::Device,
-    episodes: usize,
-    seed: u64,
-    mode: SampleMode,
-) -> Result<EvalReport, LearnError> {
-    run_eval_recorded(cfg, policy, device, episodes, seed, mode, &NoRecorder)
-}
-
-/// [`run_eval`] recording environment 0's episodes and every episode's end into `rec`, then a
-/// summary line.
-pub fn run_eval_recorded<B: Backend>(
     cfg: &RunConfig,
     policy: &Policy<B>,
     device: &B::Device,
@@ -274,7 +262,7 @@ pub(crate) fn periodic_eval<B: Backend>(
     let device = policy_device(policy);
     rec.set_time(Timeline::TrainStep, at.1 as i64);
     let r = pb.suspend(|| {
-        run_eval_recorded(
+        run_eval(
             cfg,
             policy,
             &device,
@@ -370,34 +358,12 @@ pub fn dataset_dir(cfg: &RunConfig, arg: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Trains the configured policy; returns the EMA policy's final evaluation (if any).
-pub fn pretrain<B: AutodiffBackend>(
-    cfg: &RunConfig,
-    dataset: &Path,
-    out_dir: &Path,
-    resume: bool,
-    eval_episodes: usize,
-    device: &B::Device,
-    out: &mut dyn Write,
-) -> anyhow::Result<Option<EvalReport>> {
-    pretrain_recorded::<B>(
-        cfg,
-        dataset,
-        None,
-        out_dir,
-        resume,
-        eval_episodes,
-        device,
-        out,
-        &NoRecorder,
-    )
-}
-
-/// [`pretrain`] recording training scalars and evaluation episodes into `rec`; with `init`,
+/// Trains the configured policy, recording training scalars and evaluation episodes into `rec`
+/// (`&NoRecorder` for none); returns the EMA policy's final evaluation (if any). With `init`,
 /// training starts from that checkpoint's weights and normalisers (a fresh optimiser and
 /// schedule) instead of a new network: DAgger's later rounds.
 #[allow(clippy::too_many_arguments)]
-pub fn pretrain_recorded<B: AutodiffBackend>(
+pub fn pretrain<B: AutodiffBackend>(
     cfg: &RunConfig,
     dataset: &Path,
     init: Option<&Path>,
@@ -509,7 +475,7 @@ pub fn pretrain_recorded<B: AutodiffBackend>(
         return Ok(None);
     }
     rec.set_time(Timeline::TrainStep, outcome.steps as i64);
-    let r = run_eval_recorded(
+    let r = run_eval(
         cfg,
         &outcome.policy,
         &policy_device(&outcome.policy),
@@ -574,7 +540,7 @@ pub fn pretrain_cmd(
         out,
     )?;
     with_device!(args.device, |device, B| {
-        pretrain_recorded::<B>(
+        pretrain::<B>(
             &cfg,
             &dataset,
             args.init.as_deref(),
@@ -630,7 +596,7 @@ pub fn eval_cmd(
             &env_spec(&cfg)?,
             &format!("the policy {}", args.policy_dir().display()),
         )?;
-        run_eval_recorded(
+        run_eval(
             &cfg,
             &policy,
             &device,
