@@ -31,6 +31,7 @@ macro_rules! with_device {
 }
 
 pub mod bench;
+pub mod commands;
 pub mod config;
 pub mod dagger;
 pub mod demos;
@@ -233,8 +234,8 @@ where
             Ok(())
         }
         Command::Sim(args) => sim::run(&args, rerun, out),
-        Command::Pretrain(args) => train::pretrain_cmd(&args, rerun, out),
-        Command::Eval(args) => train::eval_cmd(&args, rerun, out),
+        Command::Pretrain(args) => commands::pretrain::pretrain_cmd(&args, rerun, out),
+        Command::Eval(args) => commands::eval::eval_cmd(&args, rerun, out),
         Command::Serve(args) => {
             viz::ignored(rerun, "serve");
             serve::serve_cmd(&args, out)

@@ -30,12 +30,10 @@ use serde_json::{Value, json};
 
 use crate::config::{self, RunConfig};
 use crate::plots::{Panel, Series, curve, metrics_lines};
+use crate::tasks::SHIPPED_DATASET;
 use crate::train::{DeviceArg, check_spec, env_spec, run_eval, write_report};
 use crate::viz::Recording;
 use crate::{demos, finetune, reward_cmd, train};
-
-/// The dataset the embedded config trains on (shipped in the repository).
-pub const SHIPPED_DATASET: &str = "assets/pusht_pusher_200";
 
 /// `diffrl run`.
 #[derive(Debug, Args)]
