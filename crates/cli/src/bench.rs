@@ -139,9 +139,10 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Median of `v` seconds in milliseconds (the upper middle value of an even count).
 fn median_ms(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2] * 1e3
+    diffrl_core::stats::nearest_rank_quantile(&v, 0.5).unwrap_or(f64::NAN) * 1e3
 }
 
 /// `diffrl bench policy`: one K = 10 chain at batch 1 and 64, one BC training step at batch 256

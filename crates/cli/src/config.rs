@@ -274,7 +274,7 @@ impl Default for DemosSection {
             episodes: 200,
             only_successful: false,
             noise_px: 10.0,
-            dataset: crate::pipeline::SHIPPED_DATASET.into(),
+            dataset: crate::tasks::SHIPPED_DATASET.into(),
         }
     }
 }

@@ -477,7 +477,7 @@ pub fn round<B: AutodiffBackend>(
     rcfg.pretrain.steps = cfg.dagger.steps;
     rcfg.pretrain.warmup_steps = cfg.pretrain.warmup_steps.min(cfg.dagger.steps / 10);
     rcfg.pretrain.eval_every = 0;
-    crate::train::pretrain_recorded::<B>(
+    crate::train::pretrain::<B>(
         &rcfg,
         &data_dir,
         Some(policy),

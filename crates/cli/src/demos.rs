@@ -7,9 +7,9 @@ use std::time::Instant;
 use anyhow::Context;
 use diffrl_core::dyn_env::{DynEnv, DynExpert};
 use diffrl_core::dyn_task::{DynTask, EnvSection, ExpertSection};
-use diffrl_core::episode::wilson_interval;
 use diffrl_core::lerobot::{DatasetMeta, write_dataset};
 use diffrl_core::seeding::derive;
+use diffrl_core::stats::{nearest_rank_quantile, wilson_interval};
 use diffrl_core::task::{Expert, TaskEnv};
 use diffrl_core::{BoxSpace, Env, Episode, Observation};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -220,12 +220,7 @@ pub fn summarize(eps: &[Episode], seconds: f64) -> DemoSummary {
         })
         .collect();
     jumps.sort_by(f64::total_cmp);
-    let quantile = |q: f64| {
-        jumps
-            .get(((jumps.len().max(1) - 1) as f64 * q).round() as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let quantile = |q: f64| nearest_rank_quantile(&jumps, q).unwrap_or(0.0);
     DemoSummary {
         action_jump_median: quantile(0.5),
         action_jump_p90: quantile(0.9),

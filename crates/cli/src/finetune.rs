@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::Args;
-use diffrl_core::record::{NoRecorder, Recorder, Timeline, Topic};
+use diffrl_core::record::{Recorder, Timeline, Topic};
 use diffrl_learn::LearnError;
 use diffrl_learn::advantages::Estimator;
 use diffrl_learn::eval::EvalReport;
@@ -19,7 +19,7 @@ use indicatif::ProgressBar;
 use crate::config::{self, RunConfig};
 use crate::train::{
     DeviceArg, append_metrics, bar, check_spec, env_spec, periodic_eval, policy_device,
-    print_report, run_eval_recorded, vec_env, write_report,
+    print_report, run_eval, vec_env, write_report,
 };
 use crate::viz::Recording;
 
@@ -155,35 +155,11 @@ impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
     }
 }
 
-/// Fine-tunes the checkpoint at `policy_dir` into `out_dir`; returns the final evaluation.
+/// Fine-tunes the checkpoint at `policy_dir` into `out_dir`, recording rollouts, group
+/// statistics, training scalars and the final evaluation into `rec` (`&NoRecorder` for none);
+/// returns the final evaluation.
 #[allow(clippy::too_many_arguments)]
 pub fn finetune<B: AutodiffBackend>(
-    cfg: &RunConfig,
-    algorithm: Algorithm,
-    policy_dir: &Path,
-    out_dir: &Path,
-    resume: bool,
-    eval_episodes: usize,
-    device: &B::Device,
-    out: &mut dyn Write,
-) -> anyhow::Result<Option<EvalReport>> {
-    finetune_recorded::<B>(
-        cfg,
-        algorithm,
-        policy_dir,
-        out_dir,
-        resume,
-        eval_episodes,
-        device,
-        out,
-        &NoRecorder,
-    )
-}
-
-/// [`finetune`] recording rollouts, group statistics, training scalars and the final
-/// evaluation into `rec`.
-#[allow(clippy::too_many_arguments)]
-pub fn finetune_recorded<B: AutodiffBackend>(
     cfg: &RunConfig,
     algorithm: Algorithm,
     policy_dir: &Path,
@@ -303,7 +279,7 @@ pub fn finetune_recorded<B: AutodiffBackend>(
         return Ok(None);
     }
     rec.set_time(Timeline::TrainStep, outcome.iterations as i64);
-    let r = run_eval_recorded(
+    let r = run_eval(
         cfg,
         &outcome.policy,
         &policy_device(&outcome.policy),
@@ -360,7 +336,7 @@ pub fn finetune_cmd(
         out,
     )?;
     with_device!(args.device, |device, B| {
-        finetune_recorded::<B>(
+        finetune::<B>(
             &cfg,
             algorithm,
             &policy_dir,

@@ -1,5 +1,18 @@
 //! The `diffrl` command-line tool. `main.rs` is a thin wrapper around [`run_cli`] so tests can
 //! drive every subcommand in-process.
+//!
+//! What lives where: this file parses the command line and dispatches. [`commands`] holds the
+//! subcommands that are only argument handling around shared machinery (`eval`, `pretrain`);
+//! the others still live in a module named after them ([`pipeline`] for `run`, [`demos`],
+//! [`dagger`], [`finetune`] for `grpo`/`ppo`, [`reward_cmd`], [`serve`], [`sim`], [`bench`],
+//! [`plots`] for `plot`, [`viz`] for `view`, [`robustness`] for `eval --randomize`). Shared
+//! machinery sits below them: [`config`] (the run config), [`tasks`] (the one file naming
+//! concrete tasks, and the shipped dataset), [`train`] (behaviour cloning, evaluation,
+//! environments, progress bars, reports) and [`viz`] (opening a recording). Statistics are
+//! `diffrl_core::stats`; the train_step offset between phases is
+//! `diffrl_core::record::TrainStepOffset`. Imports point down this list, never back: a
+//! subcommand module may use shared machinery and another subcommand's library functions, the
+//! shared modules import no subcommand.
 #![warn(missing_docs)]
 
 /// Runs `$body` with `$B` bound to the autodiff backend of `$dev` and `$device` to its device.
@@ -31,6 +44,7 @@ macro_rules! with_device {
 }
 
 pub mod bench;
+pub mod commands;
 pub mod config;
 pub mod dagger;
 pub mod demos;
@@ -233,8 +247,8 @@ where
             Ok(())
         }
         Command::Sim(args) => sim::run(&args, rerun, out),
-        Command::Pretrain(args) => train::pretrain_cmd(&args, rerun, out),
-        Command::Eval(args) => train::eval_cmd(&args, rerun, out),
+        Command::Pretrain(args) => commands::pretrain::pretrain_cmd(&args, rerun, out),
+        Command::Eval(args) => commands::eval::eval_cmd(&args, rerun, out),
         Command::Serve(args) => {
             viz::ignored(rerun, "serve");
             serve::serve_cmd(&args, out)

@@ -19,9 +19,9 @@ use burn::tensor::backend::AutodiffBackend;
 use clap::Args;
 use diffrl_core::fs::{content_hash, write_atomic};
 use diffrl_core::lerobot::read_dataset;
-use diffrl_core::record::{EpisodeEnd, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic};
+use diffrl_core::record::{Level, Recorder, Timeline, TrainStepOffset};
 use diffrl_core::run_dir::RunDir;
-use diffrl_core::scene::Scene2d;
+use diffrl_core::stats;
 use diffrl_learn::eval::EvalReport;
 use diffrl_learn::grpo::Algorithm;
 use diffrl_policy::{SampleMode, checkpoint};
@@ -30,12 +30,10 @@ use serde_json::{Value, json};
 
 use crate::config::{self, RunConfig};
 use crate::plots::{Panel, Series, curve, metrics_lines};
-use crate::train::{DeviceArg, check_spec, env_spec, run_eval_recorded, write_report};
+use crate::tasks::SHIPPED_DATASET;
+use crate::train::{DeviceArg, check_spec, env_spec, run_eval, write_report};
 use crate::viz::Recording;
 use crate::{demos, finetune, reward_cmd, train};
-
-/// The dataset the embedded config trains on (shipped in the repository).
-pub const SHIPPED_DATASET: &str = "assets/pusht_pusher_200";
 
 /// `diffrl run`.
 #[derive(Debug, Args)]
@@ -398,9 +396,7 @@ fn stages<B: AutodiffBackend>(
             let t0 = Instant::now();
             let bc_done = stage.dir.join("bc.json");
             if !bc_done.exists() {
-                train::pretrain_recorded::<B>(
-                    cfg, &dataset, None, &stage.dir, true, 0, device, out, rec,
-                )?;
+                train::pretrain::<B>(cfg, &dataset, None, &stage.dir, true, 0, device, out, rec)?;
                 write_atomic(&bc_done, b"{}\n")
                     .with_context(|| format!("writing {}", bc_done.display()))?;
             }
@@ -410,10 +406,10 @@ fn stages<B: AutodiffBackend>(
             let (mut data, mut policy) = (dataset.clone(), stage.dir.join("policy"));
             for r in 1..=cfg.dagger.rounds {
                 let dir = stage.dir.join(format!("dagger/round-{r}"));
-                let shifted = Shifted {
-                    inner: rec,
-                    by: (cfg.pretrain.steps + (r - 1) * cfg.dagger.steps) as i64,
-                };
+                let shifted = TrainStepOffset::new(
+                    rec,
+                    (cfg.pretrain.steps + (r - 1) * cfg.dagger.steps) as i64,
+                );
                 let record =
                     crate::dagger::round::<B>(cfg, r, &data, &policy, &dir, device, out, &shifted)?;
                 writeln!(
@@ -540,11 +536,8 @@ fn stages<B: AutodiffBackend>(
             let resume =
                 matches!(state, StageState::Partial) && grpo_dir.join("train_state").exists();
             let t0 = Instant::now();
-            let shifted = Shifted {
-                inner: rec,
-                by: offset,
-            };
-            finetune::finetune_recorded::<B>(
+            let shifted = TrainStepOffset::new(rec, offset);
+            finetune::finetune::<B>(
                 cfg,
                 Algorithm::Grpo,
                 &policy_dir,
@@ -609,7 +602,7 @@ fn stages<B: AutodiffBackend>(
                     Level::Info,
                     &format!("evaluating the {what} policy ({})", dir.display()),
                 );
-                let r = run_eval_recorded(
+                let r = run_eval(
                     cfg,
                     &policy,
                     device,
@@ -814,64 +807,6 @@ fn demos_stage(
     Ok((demos_dir, Some(summary), fingerprint))
 }
 
-/// A recorder that moves the `train_step` timeline by `by` (GRPO iterations after BC steps).
-struct Shifted<'a> {
-    inner: &'a dyn Recorder,
-    by: i64,
-}
-
-impl Recorder for Shifted<'_> {
-    fn enabled(&self) -> bool {
-        self.inner.enabled()
-    }
-    fn set_time(&self, timeline: Timeline, value: i64) {
-        let v = if timeline == Timeline::TrainStep {
-            value + self.by
-        } else {
-            value
-        };
-        self.inner.set_time(timeline, v);
-    }
-    fn tick(&self, timeline: Timeline) -> i64 {
-        let v = self.inner.tick(timeline);
-        if timeline == Timeline::TrainStep {
-            v - self.by
-        } else {
-            v
-        }
-    }
-    fn scene(&self, scene: &Scene2d) {
-        self.inner.scene(scene);
-    }
-    fn policy_call(&self, call: &PolicyCall<'_>) {
-        self.inner.policy_call(call);
-    }
-    fn step_series(&self, series: StepSeries, first_env_step: i64, values: &[f64]) {
-        self.inner.step_series(series, first_env_step, values);
-    }
-    fn group_stats(&self, outcomes: &[f64], group_size: usize) {
-        self.inner.group_stats(outcomes, group_size);
-    }
-    fn train_scalars(&self, step: i64, values: &[(Topic, &str, f64)]) {
-        self.inner.train_scalars(step + self.by, values);
-    }
-    fn episode_end(&self, end: &EpisodeEnd) {
-        self.inner.episode_end(end);
-    }
-    fn text(&self, path: &str, level: Level, text: &str) {
-        self.inner.text(path, level, text);
-    }
-    fn document(&self, path: &str, markdown: &str) {
-        self.inner.document(path, markdown);
-    }
-    fn bar_chart(&self, path: &str, values: &[f64]) {
-        self.inner.bar_chart(path, values);
-    }
-    fn flush(&self) {
-        self.inner.flush();
-    }
-}
-
 fn summary_json(r: &Results, total: f64, quick: bool) -> Value {
     let paired = paired_score_diff(&r.bc, &r.grpo);
     json!({
@@ -934,9 +869,7 @@ fn paired_score_diff(bc: &EvalReport, grpo: &EvalReport) -> Option<(f64, f64)> {
         .zip(&grpo.per_episode)
         .map(|(a, b)| f64::from(b.max_score) - f64::from(a.max_score))
         .collect();
-    let mean = d.iter().sum::<f64>() / n as f64;
-    let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    Some((mean, 1.96 * (var / n as f64).sqrt()))
+    stats::paired_mean_interval(&d, stats::Z95)
 }
 
 /// Exact McNemar test on paired successes: (episodes only GRPO solved, episodes only BC solved,
@@ -954,17 +887,7 @@ fn mcnemar(bc: &EvalReport, grpo: &EvalReport) -> Option<(usize, usize, f64)> {
         .filter(|(a, b)| !a.success && b.success)
         .count();
     let only_bc = pairs.filter(|(a, b)| a.success && !b.success).count();
-    let n = only_grpo + only_bc;
-    // P(X <= min) for X ~ Binomial(n, 1/2), doubled; computed in logs to stay finite.
-    let ln_choose = |n: usize, k: usize| -> f64 {
-        (1..=k)
-            .map(|i| ((n + 1 - i) as f64).ln() - (i as f64).ln())
-            .sum()
-    };
-    let tail: f64 = (0..=only_grpo.min(only_bc))
-        .map(|k| (ln_choose(n, k) - n as f64 * std::f64::consts::LN_2).exp())
-        .sum();
-    Some((only_grpo, only_bc, (2.0 * tail).min(1.0)))
+    Some((only_grpo, only_bc, stats::mcnemar_exact(only_grpo, only_bc)))
 }
 
 /// Reads the JSON lines of a metrics.jsonl (unreadable lines skipped).
@@ -1256,7 +1179,7 @@ mod tests {
     }
 
     #[test]
-    fn mcnemar_matches_the_exact_binomial_test() {
+    fn mcnemar_counts_the_discordant_pairs() {
         use diffrl_learn::eval::EpisodeStats;
         let ep = |success: bool| EpisodeStats {
             env: 0,
@@ -1266,8 +1189,8 @@ mod tests {
             total_reward: 0.0,
             length: 1,
         };
-        // 12 episodes only GRPO solved, 4 only BC, 80 neither, 4 both: scipy's
-        // binomtest(4, 16, 0.5).pvalue = 0.076812744140625.
+        // 12 episodes only GRPO solved, 4 only BC, 80 neither, 4 both (the p-value's own test
+        // is in diffrl_core::stats).
         let mut a = Vec::new();
         let mut b = Vec::new();
         for (x, y, n) in [
@@ -1287,7 +1210,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!((g, o), (12, 4));
-        assert!((p - 0.076812744140625).abs() < 1e-12, "{p}");
+        assert_eq!(p, stats::mcnemar_exact(12, 4));
         let none = EvalReport::from_episodes(vec![ep(false); 3], 1, 1);
         assert_eq!(mcnemar(&none, &none).unwrap().2, 1.0);
     }

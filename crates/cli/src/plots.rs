@@ -383,7 +383,11 @@ pub fn plot_cmd(args: &PlotArgs, out: &mut dyn std::io::Write) -> anyhow::Result
             )
         });
         let eval = if n > 0 {
-            let (lo, hi) = diffrl_core::episode::wilson_interval(k as usize, n as usize, 1.96);
+            let (lo, hi) = diffrl_core::stats::wilson_interval(
+                k as usize,
+                n as usize,
+                diffrl_core::stats::Z95,
+            );
             format!(
                 "; evaluation {:.1}% ({k}/{n}, Wilson 95% {:.1}-{:.1}%)",
                 100.0 * k as f64 / n as f64,

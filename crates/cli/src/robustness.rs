@@ -20,9 +20,11 @@ use diffrl_core::ConfigError;
 use diffrl_core::config::{Invalid, Validate, ensure};
 use diffrl_core::dyn_task::EnvSection;
 use diffrl_core::fs::write_atomic;
+use diffrl_core::record::{Level, Recorder};
 use diffrl_learn::LearnError;
 use diffrl_learn::eval::{EvalReport, evaluate};
 use diffrl_policy::{Policy, SampleMode, checkpoint};
+use diffrl_viz::paths;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, RunConfig};
@@ -552,7 +554,7 @@ pub fn robustness_cmd(
         skipped,
     };
     write_table(&dir, &table)?;
-    crate::viz::record_robustness(recording.recorder(), &table);
+    record_robustness(recording.recorder(), &table);
     write!(out, "{}", table.markdown_table())?;
     writeln!(
         out,
@@ -583,6 +585,38 @@ pub fn write_table(dir: &Path, table: &RobustnessTable) -> anyhow::Result<()> {
         REPORT_FILE,
         upsert_section(&old, &table.markdown_body()).as_bytes(),
     )
+}
+
+/// Logs a robustness table: the Markdown table (settings numbered in bar order) and one bar
+/// per setting for success rate and mean max score.
+pub fn record_robustness(rec: &dyn Recorder, table: &RobustnessTable) {
+    if !rec.enabled() {
+        return;
+    }
+    let mut doc = table.markdown();
+    doc.push_str("\n\nBars, left to right:\n\n");
+    for (i, r) in table.rows.iter().enumerate() {
+        doc.push_str(&format!("{i}. {}\n", r.name));
+    }
+    rec.document(paths::ROBUSTNESS_TABLE, &doc);
+    let col = |f: fn(&RobustnessRow) -> f64| -> Vec<f64> { table.rows.iter().map(f).collect() };
+    rec.bar_chart(paths::ROBUSTNESS_SUCCESS, &col(|r| r.success_rate));
+    rec.bar_chart(paths::ROBUSTNESS_SCORE, &col(|r| r.mean_max_score));
+    for (i, r) in table.rows.iter().enumerate() {
+        rec.text(
+            paths::RUN_LOG,
+            Level::Info,
+            &format!(
+                "robustness {i} {}: success {:.1}% ({}/{}), mean max score {:.3}",
+                r.name,
+                100.0 * r.success_rate,
+                r.successes,
+                r.episodes,
+                r.mean_max_score
+            ),
+        );
+    }
+    rec.flush();
 }
 
 #[cfg(test)]

@@ -268,13 +268,10 @@ impl Actor for RemoteActor {
     }
 }
 
+/// Sorts `v` and returns its nearest-rank `q` quantile (NaN when empty).
 fn percentile(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
     v.sort_by(f64::total_cmp);
-    let idx = ((v.len() - 1) as f64 * q).round() as usize;
-    v[idx]
+    diffrl_core::stats::nearest_rank_quantile(v, q).unwrap_or(f64::NAN)
 }
 
 /// State width the server's metadata declares for `observation.state`.

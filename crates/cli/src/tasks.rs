@@ -94,3 +94,6 @@ pub fn default_config(name: &str) -> Option<DefaultConfig> {
         .find(|(n, _)| *n == name)
         .map(|(_, c)| *c)
 }
+
+/// The dataset the embedded config trains on (shipped in the repository).
+pub const SHIPPED_DATASET: &str = "assets/pusht_pusher_200";

@@ -1,5 +1,6 @@
-//! `diffrl pretrain` (behaviour cloning of the configured policy on a LeRobot dataset) and
-//! `diffrl eval` (seeded evaluation of a policy checkpoint in the simulator).
+//! Behaviour cloning ([`pretrain`]) and seeded evaluation ([`run_eval`]) of the configured
+//! policy, with the arguments and helpers (environments, progress bars, reports) the subcommands
+//! in `commands/`, the pipeline and the other stages share.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use diffrl_core::dyn_task::EnvSection;
 use diffrl_core::env::Env;
 use diffrl_core::fs::write_atomic;
 use diffrl_core::lerobot::read_dataset;
-use diffrl_core::record::{Level, NoRecorder, Recorder, Timeline, Topic};
+use diffrl_core::record::{Level, Recorder, Timeline, Topic};
 use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_learn::LearnError;
 use diffrl_learn::bc::{self, BcHooks, BcLog};
@@ -22,8 +23,7 @@ use diffrl_learn::eval::{EvalReport, evaluate};
 use diffrl_policy::{Policy, PolicySpec, SampleMode, checkpoint};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::config::{self, RunConfig};
-use crate::viz::Recording;
+use crate::config::RunConfig;
 
 /// Where models run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -185,21 +185,9 @@ pub(crate) fn bar(len: u64, template: &str) -> ProgressBar {
     pb
 }
 
-/// Evaluates `policy` on the configured environment.
+/// Evaluates `policy` on the configured environment, recording environment 0's episodes and
+/// every episode's end into `rec` (`&NoRecorder` for none), then a summary line.
 pub fn run_eval<B: Backend>(
-    cfg: &RunConfig,
-    policy: &Policy<B>,
-    device: &B::Device,
-    episodes: usize,
-    seed: u64,
-    mode: SampleMode,
-) -> Result<EvalReport, LearnError> {
-    run_eval_recorded(cfg, policy, device, episodes, seed, mode, &NoRecorder)
-}
-
-/// [`run_eval`] recording environment 0's episodes and every episode's end into `rec`, then a
-/// summary line.
-pub fn run_eval_recorded<B: Backend>(
     cfg: &RunConfig,
     policy: &Policy<B>,
     device: &B::Device,
@@ -274,7 +262,7 @@ pub(crate) fn periodic_eval<B: Backend>(
     let device = policy_device(policy);
     rec.set_time(Timeline::TrainStep, at.1 as i64);
     let r = pb.suspend(|| {
-        run_eval_recorded(
+        run_eval(
             cfg,
             policy,
             &device,
@@ -370,34 +358,12 @@ pub fn dataset_dir(cfg: &RunConfig, arg: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Trains the configured policy; returns the EMA policy's final evaluation (if any).
-pub fn pretrain<B: AutodiffBackend>(
-    cfg: &RunConfig,
-    dataset: &Path,
-    out_dir: &Path,
-    resume: bool,
-    eval_episodes: usize,
-    device: &B::Device,
-    out: &mut dyn Write,
-) -> anyhow::Result<Option<EvalReport>> {
-    pretrain_recorded::<B>(
-        cfg,
-        dataset,
-        None,
-        out_dir,
-        resume,
-        eval_episodes,
-        device,
-        out,
-        &NoRecorder,
-    )
-}
-
-/// [`pretrain`] recording training scalars and evaluation episodes into `rec`; with `init`,
+/// Trains the configured policy, recording training scalars and evaluation episodes into `rec`
+/// (`&NoRecorder` for none); returns the EMA policy's final evaluation (if any). With `init`,
 /// training starts from that checkpoint's weights and normalisers (a fresh optimiser and
 /// schedule) instead of a new network: DAgger's later rounds.
 #[allow(clippy::too_many_arguments)]
-pub fn pretrain_recorded<B: AutodiffBackend>(
+pub fn pretrain<B: AutodiffBackend>(
     cfg: &RunConfig,
     dataset: &Path,
     init: Option<&Path>,
@@ -509,7 +475,7 @@ pub fn pretrain_recorded<B: AutodiffBackend>(
         return Ok(None);
     }
     rec.set_time(Timeline::TrainStep, outcome.steps as i64);
-    let r = run_eval_recorded(
+    let r = run_eval(
         cfg,
         &outcome.policy,
         &policy_device(&outcome.policy),
@@ -540,114 +506,5 @@ pub(crate) fn print_report(out: &mut dyn Write, r: &EvalReport) -> anyhow::Resul
         r.mean_max_score,
         r.mean_length
     )?;
-    Ok(())
-}
-
-/// `diffrl pretrain`.
-pub fn pretrain_cmd(
-    args: &PretrainArgs,
-    rerun: Option<&diffrl_viz::RerunSink>,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    let (mut cfg, _) = config::load(args.config.as_deref())?;
-    if let Some(s) = args.steps {
-        anyhow::ensure!(s >= 1, "--steps must be at least 1");
-        cfg.pretrain.steps = s;
-    }
-    let dataset = dataset_dir(&cfg, args.dataset.as_deref());
-    let out_dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| cfg.run.runs_dir.join(&cfg.run.name).join("pretrain"));
-    if !args.resume && out_dir.join("train_state").exists() {
-        bail!(
-            "{} already holds a training run: pass --resume to continue it, or choose another --out",
-            out_dir.display()
-        );
-    }
-    let episodes = args.eval_episodes.unwrap_or(cfg.eval.episodes);
-    let recording = Recording::open(
-        rerun,
-        diffrl_viz::RerunSink::Off,
-        "pretrain",
-        Timeline::TrainStep,
-        out,
-    )?;
-    with_device!(args.device, |device, B| {
-        pretrain_recorded::<B>(
-            &cfg,
-            &dataset,
-            args.init.as_deref(),
-            &out_dir,
-            args.resume,
-            episodes,
-            &device,
-            out,
-            recording.recorder(),
-        )
-    })?;
-    Ok(())
-}
-
-/// `diffrl eval`.
-pub fn eval_cmd(
-    args: &EvalArgs,
-    rerun: Option<&diffrl_viz::RerunSink>,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    if let Some(sweep) = &args.randomize {
-        return crate::robustness::robustness_cmd(args, sweep, rerun, out);
-    }
-    if let Some(url) = &args.remote {
-        crate::viz::ignored(rerun, "eval --remote");
-        return crate::serve::remote_eval_cmd(args, url, out);
-    }
-    let (mut cfg, _) = config::load(args.config.as_deref())?;
-    if let Some(d) = args.action_delay {
-        config::set_action_delay(&mut cfg, d)?;
-    }
-    let episodes = args.episodes.unwrap_or(cfg.eval.episodes);
-    anyhow::ensure!(episodes >= 1, "--episodes must be at least 1");
-    let seed = args.seed.unwrap_or(cfg.eval.seed);
-    let mode = if args.stochastic {
-        SampleMode::Stochastic
-    } else {
-        SampleMode::Deterministic
-    };
-    let recording = Recording::open(
-        rerun,
-        diffrl_viz::RerunSink::Off,
-        "eval",
-        Timeline::EnvStep,
-        out,
-    )?;
-    let report = with_device!(args.device, |device, B| {
-        let (policy, _) =
-            checkpoint::load::<<B as AutodiffBackend>::InnerBackend>(args.policy_dir(), &device)
-                .with_context(|| format!("loading the policy {}", args.policy_dir().display()))?;
-        check_spec(
-            &policy.spec,
-            &env_spec(&cfg)?,
-            &format!("the policy {}", args.policy_dir().display()),
-        )?;
-        run_eval_recorded(
-            &cfg,
-            &policy,
-            &device,
-            episodes,
-            seed,
-            mode,
-            recording.recorder(),
-        )
-        .map_err(anyhow::Error::from)
-    })?;
-    let path = args.out.clone().unwrap_or_else(|| {
-        args.policy_dir()
-            .parent()
-            .map_or_else(|| PathBuf::from("eval.json"), |p| p.join("eval.json"))
-    });
-    write_report(&path, &report)?;
-    print_report(out, &report)?;
-    writeln!(out, "wrote {}", path.display())?;
     Ok(())
 }

@@ -105,40 +105,6 @@ fn stop_on_ctrl_c(rec: Option<Weak<RerunRecorder>>) {
     }
 }
 
-/// Logs a robustness table: the Markdown table (settings numbered in bar order) and one bar
-/// per setting for success rate and mean max score.
-pub fn record_robustness(rec: &dyn Recorder, table: &crate::robustness::RobustnessTable) {
-    if !rec.enabled() {
-        return;
-    }
-    let mut doc = table.markdown();
-    doc.push_str("\n\nBars, left to right:\n\n");
-    for (i, r) in table.rows.iter().enumerate() {
-        doc.push_str(&format!("{i}. {}\n", r.name));
-    }
-    rec.document(paths::ROBUSTNESS_TABLE, &doc);
-    let col = |f: fn(&crate::robustness::RobustnessRow) -> f64| -> Vec<f64> {
-        table.rows.iter().map(f).collect()
-    };
-    rec.bar_chart(paths::ROBUSTNESS_SUCCESS, &col(|r| r.success_rate));
-    rec.bar_chart(paths::ROBUSTNESS_SCORE, &col(|r| r.mean_max_score));
-    for (i, r) in table.rows.iter().enumerate() {
-        rec.text(
-            paths::RUN_LOG,
-            Level::Info,
-            &format!(
-                "robustness {i} {}: success {:.1}% ({}/{}), mean max score {:.3}",
-                r.name,
-                100.0 * r.success_rate,
-                r.successes,
-                r.episodes,
-                r.mean_max_score
-            ),
-        );
-    }
-    rec.flush();
-}
-
 /// Notes that `command` records nothing when `--rerun` asked for a recording.
 pub fn ignored(sink: Option<&RerunSink>, command: &str) {
     if let Some(s) = sink.filter(|s| s.is_on()) {

@@ -99,35 +99,9 @@ impl Rollout {
     }
 }
 
-/// Wilson score interval for a binomial proportion (95% with `z = 1.96`).
-pub fn wilson_interval(successes: usize, n: usize, z: f64) -> (f64, f64) {
-    if n == 0 {
-        return (0.0, 1.0);
-    }
-    let n_f = n as f64;
-    let p = successes as f64 / n_f;
-    let z2 = z * z;
-    let denom = 1.0 + z2 / n_f;
-    let centre = (p + z2 / (2.0 * n_f)) / denom;
-    let half = z * (p * (1.0 - p) / n_f + z2 / (4.0 * n_f * n_f)).sqrt() / denom;
-    ((centre - half).max(0.0), (centre + half).min(1.0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wilson_matches_reference_values() {
-        // Reference: statsmodels proportion_confint(8, 10, method="wilson") = (0.4902, 0.9433).
-        let (lo, hi) = wilson_interval(8, 10, 1.959964);
-        assert!(
-            (lo - 0.4902).abs() < 1e-3 && (hi - 0.9433).abs() < 1e-3,
-            "{lo} {hi}"
-        );
-        let (lo, hi) = wilson_interval(0, 20, 1.959964);
-        assert!(lo == 0.0 && (hi - 0.1611).abs() < 1e-3, "{hi}");
-    }
 
     #[test]
     fn episode_metrics() {

@@ -146,13 +146,8 @@ fn feature_stats(col: &Column) -> Value {
         let mean = v.iter().sum::<f64>() / n.max(1) as f64;
         let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n.max(1) as f64;
         let q = |p: f64| {
-            if v.is_empty() {
-                return 0.0;
-            }
             // Linear interpolation between order statistics (numpy's default quantile).
-            let pos = p * (n - 1) as f64;
-            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-            v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+            crate::stats::linear_quantile(&v, p).unwrap_or(0.0)
         };
         for (k, x) in [
             ("min", v.first().copied().unwrap_or(0.0)),

@@ -15,6 +15,8 @@
 //! - [`run_dir`]: `runs/<name>/` folders with a config copy and an append-only `metrics.jsonl`.
 //! - [`lerobot`]: LeRobot v3.0 dataset folders (write and read).
 //! - [`seeding`]: deterministic seed derivation.
+//! - [`stats`]: the statistics reports quote (Wilson intervals, exact McNemar, paired intervals,
+//!   quantiles), each with its formula.
 //! - [`fs`]: atomic file writes (temp file + rename).
 //! - [`scene`]: what a simulator hands to a recorder to be drawn ([`scene::Scene`]): 2-D shapes,
 //!   3-D bodies with transforms, camera images.
@@ -37,6 +39,7 @@ pub mod scene;
 pub mod seeding;
 pub mod space;
 pub mod stages;
+pub mod stats;
 pub mod task;
 pub mod vec_env;
 

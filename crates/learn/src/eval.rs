@@ -7,10 +7,10 @@
 
 use burn::tensor::backend::Backend;
 use diffrl_core::env::Env;
-use diffrl_core::episode::wilson_interval;
 use diffrl_core::record::{EpisodeEnd, PolicyCall, Recorder};
 use diffrl_core::seeding::{Rng, derive, rng};
 use diffrl_core::space::Observation;
+use diffrl_core::stats::{Z95, wilson_interval};
 use diffrl_core::vec_env::{VecEnv, VecStep};
 use diffrl_policy::{ObsBatch, Policy, SampleMode};
 use serde::{Deserialize, Serialize};
@@ -70,7 +70,7 @@ impl EvalReport {
                 per_episode.iter().map(f).sum::<f64>() / n as f64
             }
         };
-        let (lo, hi) = wilson_interval(successes, n, 1.96);
+        let (lo, hi) = wilson_interval(successes, n, Z95);
         Self {
             episodes: n,
             successes,
