@@ -291,69 +291,14 @@ impl Validate for RunConfig {
                 self.expert.task().name()
             ),
         )?;
-        ensure(
-            !self.run.name.is_empty() && !self.run.name.contains(['/', '\\']),
-            "run.name",
-            "must be a plain folder name",
-        )?;
-        ensure(
-            self.run.threads <= 1024,
-            "run.threads",
-            "must be at most 1024",
-        )?;
-        ensure(
-            self.demos.episodes >= 1,
-            "demos.episodes",
-            "must be at least 1",
-        )?;
-        ensure(
-            self.demos.noise_px.is_finite() && self.demos.noise_px >= 0.0,
-            "demos.noise_px",
-            "must be a finite number of pixels >= 0",
-        )?;
-        ensure(
-            self.dagger.episodes >= 1,
-            "dagger.episodes",
-            "must be at least 1",
-        )?;
-        ensure(self.dagger.steps >= 1, "dagger.steps", "must be at least 1")?;
-        ensure(
-            (0.0..=1.0).contains(&self.dagger.beta),
-            "dagger.beta",
-            format!("must be a probability in [0, 1], got {}", self.dagger.beta),
-        )?;
-        ensure(
-            self.eval.episodes >= 1,
-            "eval.episodes",
-            "must be at least 1",
-        )?;
-        ensure(
-            (1..=1024).contains(&self.eval.envs),
-            "eval.envs",
-            "must be in 1..=1024",
-        )?;
+        self.run.validate().map_err(|e| e.within("run"))?;
+        self.demos.validate().map_err(|e| e.within("demos"))?;
+        self.dagger.validate().map_err(|e| e.within("dagger"))?;
+        self.eval.validate().map_err(|e| e.within("eval"))?;
         self.policy.validate().map_err(|e| e.within("policy"))?;
         self.pretrain.validate().map_err(|e| e.within("pretrain"))?;
         self.grpo.validate().map_err(|e| e.within("grpo"))?;
-        ensure(
-            self.reward.success_bonus.is_finite(),
-            "reward.success_bonus",
-            "must be finite",
-        )?;
-        if let Some(sh) = &self.reward.shaping {
-            ensure(
-                sh.gamma.is_finite() && sh.gamma > 0.0 && sh.gamma <= 1.0,
-                "reward.shaping.gamma",
-                format!("must be in (0, 1], got {}", sh.gamma),
-            )?;
-        }
-        if let Some(spa) = &self.reward.spa {
-            ensure(
-                spa.weight.is_finite() && spa.weight > 0.0,
-                "reward.spa.weight",
-                format!("must be > 0, got {}", spa.weight),
-            )?;
-        }
+        self.reward.validate().map_err(|e| e.within("reward"))?;
         // The implicit PRM's step rewards replace the reward module's: a configured source of
         // step rewards would be dropped without a word.
         for (set, table) in [
@@ -369,16 +314,93 @@ impl Validate for RunConfig {
                 ),
             )?;
         }
-        if let Err(diffrl_reward::RewardError::Config { field, message }) = self
-            .reward
-            .progress
-            .validate()
-            .and_then(|()| self.reward.srpo.map_or(Ok(()), |s| s.validate()))
-            .and_then(|()| self.reward.spa_train.validate())
-        {
-            return Err(Invalid::new(format!("reward.{field}"), message));
-        }
         Ok(())
+    }
+}
+
+impl Validate for RunSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(
+            !self.name.is_empty() && !self.name.contains(['/', '\\']),
+            "name",
+            "must be a plain folder name",
+        )?;
+        ensure(self.threads <= 1024, "threads", "must be at most 1024")
+    }
+}
+
+impl Validate for DemosSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(self.episodes >= 1, "episodes", "must be at least 1")?;
+        ensure(
+            self.noise_px.is_finite() && self.noise_px >= 0.0,
+            "noise_px",
+            "must be a finite number of pixels >= 0",
+        )
+    }
+}
+
+impl Validate for DaggerSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(self.episodes >= 1, "episodes", "must be at least 1")?;
+        ensure(self.steps >= 1, "steps", "must be at least 1")?;
+        ensure(
+            (0.0..=1.0).contains(&self.beta),
+            "beta",
+            format!("must be a probability in [0, 1], got {}", self.beta),
+        )
+    }
+}
+
+impl Validate for EvalSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(self.episodes >= 1, "episodes", "must be at least 1")?;
+        ensure(
+            (1..=1024).contains(&self.envs),
+            "envs",
+            "must be in 1..=1024",
+        )
+    }
+}
+
+impl Validate for RewardSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(
+            self.success_bonus.is_finite(),
+            "success_bonus",
+            "must be finite",
+        )?;
+        if let Some(sh) = &self.shaping {
+            sh.validate().map_err(|e| e.within("shaping"))?;
+        }
+        if let Some(spa) = &self.spa {
+            spa.validate().map_err(|e| e.within("spa"))?;
+        }
+        self.progress.validate().map_err(|e| e.within("progress"))?;
+        if let Some(srpo) = &self.srpo {
+            srpo.validate().map_err(|e| e.within("srpo"))?;
+        }
+        self.spa_train.validate().map_err(|e| e.within("spa_train"))
+    }
+}
+
+impl Validate for ShapingSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(
+            self.gamma.is_finite() && self.gamma > 0.0 && self.gamma <= 1.0,
+            "gamma",
+            format!("must be in (0, 1], got {}", self.gamma),
+        )
+    }
+}
+
+impl Validate for SpaSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(
+            self.weight.is_finite() && self.weight > 0.0,
+            "weight",
+            format!("must be > 0, got {}", self.weight),
+        )
     }
 }
 
@@ -613,6 +635,59 @@ mod tests {
         assert!(
             e.contains("grpo.implicit_prm") && e.contains("[reward.shaping]"),
             "{e}"
+        );
+    }
+
+    /// Every nested table's error names the file and the full TOML key path, however deep the
+    /// struct that found it (each struct names its own fields, each parent prefixes its key).
+    #[test]
+    fn nested_errors_name_file_and_full_key_path() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("nested.toml");
+        for (text, key) in [
+            ("[grpo.advantage]\nvg_tau = -1\n", "grpo.advantage.vg_tau"),
+            (
+                "[grpo.advantage]\ngigpo_grid = 0.0\n",
+                "grpo.advantage.gigpo_grid",
+            ),
+            ("[grpo.ppo]\nlambda = 2.0\n", "grpo.ppo.lambda"),
+            (
+                "[grpo.advantage]\nestimator = \"process\"\n[grpo.implicit_prm]\nbeta = 0.0\n",
+                "grpo.implicit_prm.beta",
+            ),
+            ("[policy.diffusion]\neta = 2.0\n", "policy.diffusion.eta"),
+            ("[reward.progress]\nlr = 0.0\n", "reward.progress.lr"),
+            ("[reward.srpo]\ncap = 1.0\n", "reward.srpo.cap"),
+            // Reported as `reward.spa.lr` before, the key of a different table.
+            ("[reward.spa_train]\nlr = 0.0\n", "reward.spa_train.lr"),
+            (
+                "[reward.shaping]\nmodel = \"m\"\ngamma = 0.0\n",
+                "reward.shaping.gamma",
+            ),
+            (
+                "[reward.spa]\nmodel = \"m\"\nweight = 0.0\n",
+                "reward.spa.weight",
+            ),
+            ("[eval]\nenvs = 0\n", "eval.envs"),
+            ("[run]\nname = \"a/b\"\n", "run.name"),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            let e = load(Some(&p)).unwrap_err().to_string();
+            let at = format!("{}: {key}: ", p.display());
+            assert!(e.starts_with(&at), "{text:?}: {e}");
+        }
+    }
+
+    /// The reward tables validate to the one error type, so none of their errors can be
+    /// dropped on the way up (a reward crate error other than a range check used to be).
+    #[test]
+    fn reward_errors_are_reported() {
+        let mut c = load(None).unwrap().0;
+        c.reward.progress.hidden = vec![0];
+        let e = c.validate().unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.message.as_str()),
+            ("reward.progress.hidden", "widths must be at least 1")
         );
     }
 }

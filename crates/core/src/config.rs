@@ -8,7 +8,12 @@ use serde::de::DeserializeOwned;
 use crate::ConfigError;
 
 /// A value that parsed but is out of range: which field (dotted path) and why.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// The one validation error of every config struct: a struct names its fields relative to
+/// itself and each parent prefixes its own key with [`Invalid::within`], so the error that
+/// reaches the user names the full TOML key path (`grpo.advantage.vg_tau`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {message}")]
 pub struct Invalid {
     /// Dotted path of the field, e.g. `expert.samples`.
     pub field: String,
@@ -34,7 +39,8 @@ impl Invalid {
 
 /// Range checks run after parsing. Implement it for every config struct.
 pub trait Validate {
-    /// Returns the first invalid field, if any.
+    /// Returns the first invalid field, if any, named relative to `self` (a nested struct's
+    /// error is prefixed with the key of the field holding it, [`Invalid::within`]).
     fn validate(&self) -> Result<(), Invalid>;
 }
 

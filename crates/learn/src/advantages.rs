@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use diffrl_core::config::{Invalid, Validate};
 use serde::{Deserialize, Serialize};
 
 /// Added to every standard deviation we divide by (GRPO's epsilon).
@@ -111,11 +112,11 @@ impl Default for AdvantageConfig {
     }
 }
 
-impl AdvantageConfig {
-    /// Checks the ranges: `vg_tau` > 0, `gigpo_omega` >= 0, `gigpo_gamma` in (0, 1],
-    /// `gigpo_grid` > 0 when set, all finite.
-    pub fn validate(&self) -> Result<(), AdvantageError> {
-        let bad = |field: &'static str, message: String| AdvantageError::Config { field, message };
+/// The ranges: `vg_tau` > 0, `gigpo_omega` >= 0, `gigpo_gamma` in (0, 1], `gigpo_grid` > 0 when
+/// set, all finite.
+impl Validate for AdvantageConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        let bad = Invalid::new;
         if !(self.vg_tau.is_finite() && self.vg_tau > 0.0) {
             return Err(bad(
                 "vg_tau",
@@ -194,14 +195,9 @@ pub enum AdvantageError {
         /// Number given.
         got: usize,
     },
-    /// A configuration field is out of range.
-    #[error("advantage config: {field} {message}")]
-    Config {
-        /// The field.
-        field: &'static str,
-        /// What is wrong with it.
-        message: String,
-    },
+    /// A configuration field is out of range (named relative to [`AdvantageConfig`]).
+    #[error("advantage config: {0}")]
+    Config(#[from] Invalid),
     /// The group has no rollouts.
     #[error("a group needs at least one rollout")]
     EmptyGroup,
@@ -1176,10 +1172,7 @@ mod tests {
         .validate()
         .unwrap();
 
-        let field_of = |c: AdvantageConfig| match c.validate() {
-            Err(AdvantageError::Config { field, .. }) => field,
-            other => panic!("{other:?}"),
-        };
+        let field_of = |c: AdvantageConfig| c.validate().unwrap_err().field;
         let with = |f: fn(&mut AdvantageConfig)| {
             let mut c = AdvantageConfig::default();
             f(&mut c);
@@ -1200,10 +1193,7 @@ mod tests {
         let bad = with(|c| c.vg_tau = -1.0);
         assert!(matches!(
             group_advantages(&bad, &outcomes_only(&[1.0]), &[1]),
-            Err(AdvantageError::Config {
-                field: "vg_tau",
-                ..
-            })
+            Err(AdvantageError::Config(Invalid { field, .. })) if field == "vg_tau"
         ));
     }
 }

@@ -182,28 +182,12 @@ impl Validate for GrpoConfig {
             "checkpoint_every",
             "must be >= 1",
         )?;
-        ensure(
-            (0.0..=1.0).contains(&self.ppo.gamma),
-            "ppo.gamma",
-            "must be in [0, 1]",
-        )?;
-        ensure(
-            (0.0..=1.0).contains(&self.ppo.lambda),
-            "ppo.lambda",
-            "must be in [0, 1]",
-        )?;
-        ensure(self.ppo.critic_lr > 0.0, "ppo.critic_lr", "must be > 0")?;
-        ensure(
-            self.ppo.critic_hidden >= 1,
-            "ppo.critic_hidden",
-            "must be >= 1",
-        )?;
+        self.ppo.validate().map_err(|e| e.within("ppo"))?;
         self.advantage
             .validate()
-            .map_err(|e| Invalid::new("advantage", e.to_string()))?;
+            .map_err(|e| e.within("advantage"))?;
         if let Some(prm) = &self.implicit_prm {
-            prm.validate()
-                .map_err(|e| Invalid::new("implicit_prm", e.to_string()))?;
+            prm.validate().map_err(|e| e.within("implicit_prm"))?;
             ensure(
                 matches!(
                     self.advantage.estimator,

@@ -12,6 +12,7 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
+use diffrl_core::config::{Invalid, Validate, ensure};
 use diffrl_core::env::Env;
 use diffrl_core::episode::Episode;
 use diffrl_core::record::Timeline;
@@ -59,6 +60,23 @@ impl Default for PpoConfig {
             critic_hidden: 256,
             normalize_advantages: true,
         }
+    }
+}
+
+impl Validate for PpoConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(
+            (0.0..=1.0).contains(&self.gamma),
+            "gamma",
+            "must be in [0, 1]",
+        )?;
+        ensure(
+            (0.0..=1.0).contains(&self.lambda),
+            "lambda",
+            "must be in [0, 1]",
+        )?;
+        ensure(self.critic_lr > 0.0, "critic_lr", "must be > 0")?;
+        ensure(self.critic_hidden >= 1, "critic_hidden", "must be >= 1")
     }
 }
 

@@ -111,7 +111,9 @@ pub struct Policy<B: Backend> {
     pub spec: PolicySpec,
     /// Normalisers.
     pub norm: Normalizers,
-    process: Option<DiffusionProcess>,
+    /// `config.diffusion` precomputed for the chain. Every policy has one, so a diffusion model
+    /// can never lack its process; only diffusion models read it (dispatch is on `model`).
+    process: DiffusionProcess,
 }
 
 impl<B: Backend> Policy<B> {
@@ -160,8 +162,7 @@ impl<B: Backend> Policy<B> {
                 device,
             )),
         });
-        let process = (c.kind == PolicyKind::Diffusion)
-            .then(|| DiffusionProcess::new(&c.diffusion, c.action_horizon));
+        let process = DiffusionProcess::new(&c.diffusion, c.action_horizon);
         Ok(Self {
             model,
             config,
@@ -200,10 +201,7 @@ impl<B: Backend> Policy<B> {
             field: e.field,
             message: e.message,
         })?;
-        let process = self
-            .process
-            .as_ref()
-            .map(|_| DiffusionProcess::new(&config.diffusion, config.action_horizon));
+        let process = DiffusionProcess::new(&config.diffusion, config.action_horizon);
         Ok(Policy {
             model: self.model.clone(),
             config,
@@ -215,12 +213,15 @@ impl<B: Backend> Policy<B> {
 
     /// The diffusion process (None for Gaussian policies).
     pub fn process(&self) -> Option<&DiffusionProcess> {
-        self.process.as_ref()
+        match self.model {
+            PolicyModel::Diffusion(_) => Some(&self.process),
+            PolicyModel::Gaussian(_) => None,
+        }
     }
 
     /// Chain length: K for diffusion, 1 for Gaussian.
     pub fn chain_len(&self) -> usize {
-        self.process.as_ref().map_or(1, |p| p.steps())
+        self.process().map_or(1, DiffusionProcess::steps)
     }
 
     /// Chunk shape [Tp, Da].
@@ -334,16 +335,16 @@ impl<B: Backend> Policy<B> {
         let obs_t = self.obs_tensors(obs, device)?;
         let [tp, da] = self.chunk();
         let ta = self.config.action_horizon;
-        let sample = match (&self.model, &self.process) {
-            (PolicyModel::Diffusion(m), Some(p)) => {
+        let p = &self.process;
+        let sample = match &self.model {
+            PolicyModel::Diffusion(m) => {
                 let frozen = match frozen {
                     Some(PolicyModel::Diffusion(f)) => Some(f),
                     _ => None,
                 };
                 p.sample(m, frozen, &obs_t, [obs.batch, tp, da], mode, record, noise)
             }
-            (PolicyModel::Gaussian(g), _) => g.sample(&obs_t, mode, record, ta, noise),
-            (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
+            PolicyModel::Gaussian(g) => g.sample(&obs_t, mode, record, ta, noise),
         };
         let mut actions: Vec<f32> = sample
             .actions
@@ -365,27 +366,25 @@ impl<B: Backend> Policy<B> {
         actions: Tensor<B, 3>,
         rng: &mut Rng,
     ) -> Tensor<B, 1> {
-        match (&self.model, &self.process) {
-            (PolicyModel::Diffusion(m), Some(p)) => p.bc_loss(m, obs, actions, rng),
-            (PolicyModel::Gaussian(g), _) => {
+        match &self.model {
+            PolicyModel::Diffusion(m) => self.process.bc_loss(m, obs, actions, rng),
+            PolicyModel::Gaussian(g) => {
                 let tp = self.config.pred_horizon;
                 -g.logp(obs, actions, tp).mean()
             }
-            (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
         }
     }
 
     /// Log-probs of the fine-tuned steps of stored chains [B, K + 1, Tp, Da] under the current
     /// parameters: [B, K'] (Gaussian: [B, 1]).
     pub fn chain_logprobs(&self, obs: &ObsTensors<B>, chain: Tensor<B, 4>) -> Tensor<B, 2> {
-        match (&self.model, &self.process) {
-            (PolicyModel::Diffusion(m), Some(p)) => p.chain_logprobs(m, obs, chain),
-            (PolicyModel::Gaussian(g), _) => {
+        match &self.model {
+            PolicyModel::Diffusion(m) => self.process.chain_logprobs(m, obs, chain),
+            PolicyModel::Gaussian(g) => {
                 let [b, _, tp, da] = chain.dims();
                 let x0 = chain.narrow(1, 1, 1).reshape([b, tp, da]);
                 g.logp(obs, x0, self.config.action_horizon).reshape([b, 1])
             }
-            (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
         }
     }
 
@@ -399,10 +398,9 @@ impl<B: Backend> Policy<B> {
         next: Tensor<B, 3>,
         step: &[usize],
     ) -> Tensor<B, 1> {
-        match (&self.model, &self.process) {
-            (PolicyModel::Diffusion(m), Some(p)) => p.pair_logprobs(m, obs, x, next, step),
-            (PolicyModel::Gaussian(g), _) => g.logp(obs, next, self.config.action_horizon),
-            (PolicyModel::Diffusion(_), None) => unreachable!("diffusion policies own a process"),
+        match &self.model {
+            PolicyModel::Diffusion(m) => self.process.pair_logprobs(m, obs, x, next, step),
+            PolicyModel::Gaussian(g) => g.logp(obs, next, self.config.action_horizon),
         }
     }
 }

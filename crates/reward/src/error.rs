@@ -46,6 +46,16 @@ pub enum RewardError {
     },
 }
 
+/// A config struct's range check, its field named relative to the struct.
+impl From<diffrl_core::config::Invalid> for RewardError {
+    fn from(i: diffrl_core::config::Invalid) -> Self {
+        Self::Config {
+            field: i.field,
+            message: i.message,
+        }
+    }
+}
+
 impl RewardError {
     pub(crate) fn config(field: &str, message: impl Into<String>) -> Self {
         Self::Config {

@@ -18,6 +18,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::activation::log_sigmoid;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion as _, Tensor, TensorData};
+use diffrl_core::config::{Invalid, Validate};
 use diffrl_policy::{ObsBatch, Policy, PolicyModel};
 use serde::{Deserialize, Serialize};
 
@@ -51,24 +52,24 @@ impl Default for ImplicitPrmConfig {
     }
 }
 
-impl ImplicitPrmConfig {
+impl Validate for ImplicitPrmConfig {
     /// Checks every setting.
-    pub fn validate(&self) -> Result<(), RewardError> {
+    fn validate(&self) -> Result<(), Invalid> {
         let positive = |v: f64| v > 0.0 && v.is_finite();
         if !positive(self.beta) {
-            return Err(RewardError::config("beta", "must be > 0"));
+            return Err(Invalid::new("beta", "must be > 0"));
         }
         if !positive(self.lr) {
-            return Err(RewardError::config("lr", "must be > 0"));
+            return Err(Invalid::new("lr", "must be > 0"));
         }
         if self.epochs == 0 {
-            return Err(RewardError::config("epochs", "must be >= 1"));
+            return Err(Invalid::new("epochs", "must be >= 1"));
         }
         if !(self.min_gap >= 0.0 && self.min_gap.is_finite()) {
-            return Err(RewardError::config("min_gap", "must be >= 0"));
+            return Err(Invalid::new("min_gap", "must be >= 0"));
         }
         if self.chunk == 0 {
-            return Err(RewardError::config("chunk", "must be >= 1"));
+            return Err(Invalid::new("chunk", "must be >= 1"));
         }
         Ok(())
     }
@@ -119,7 +120,7 @@ impl<B: AutodiffBackend> ImplicitPrm<B> {
         init: &Policy<B::InnerBackend>,
         cfg: ImplicitPrmConfig,
     ) -> Result<Self, RewardError> {
-        cfg.validate()?;
+        cfg.validate().map_err(|e| e.within("implicit_prm"))?;
         Ok(Self {
             phi: Policy::trainable(init),
             optim: AdamWConfig::new().with_weight_decay(0.0).init(),

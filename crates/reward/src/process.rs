@@ -5,6 +5,7 @@
 //! misses while every failure stays below every success. Groups without a success are left as
 //! they are.
 
+use diffrl_core::config::{Invalid, Validate};
 use diffrl_core::episode::Episode;
 use diffrl_core::reward::{EpisodeRewards, RewardFailure, RewardModule};
 use serde::{Deserialize, Serialize};
@@ -31,14 +32,14 @@ impl Default for SrpoConfig {
     }
 }
 
-impl SrpoConfig {
+impl Validate for SrpoConfig {
     /// Checks the settings.
-    pub fn validate(&self) -> Result<(), RewardError> {
+    fn validate(&self) -> Result<(), Invalid> {
         if !(self.length_scale.is_finite() && self.length_scale > 0.0) {
-            return Err(RewardError::config("srpo.length_scale", "must be > 0"));
+            return Err(Invalid::new("length_scale", "must be > 0"));
         }
         if !(self.cap > 0.0 && self.cap < 1.0) {
-            return Err(RewardError::config("srpo.cap", "must be in (0, 1)"));
+            return Err(Invalid::new("cap", "must be in (0, 1)"));
         }
         Ok(())
     }
@@ -90,7 +91,7 @@ pub struct SrpoReward {
 impl SrpoReward {
     /// Wraps `base`.
     pub fn new(base: Box<dyn RewardModule>, cfg: SrpoConfig) -> Result<Self, RewardError> {
-        cfg.validate()?;
+        cfg.validate().map_err(|e| e.within("srpo"))?;
         Ok(Self { base, cfg })
     }
 }

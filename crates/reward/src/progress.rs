@@ -9,6 +9,7 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
+use diffrl_core::config::{Invalid, Validate};
 use diffrl_core::episode::Episode;
 use diffrl_core::normalize::{Normalizer, RunningStats};
 use diffrl_core::seeding::rng;
@@ -116,10 +117,10 @@ impl Default for ProgressConfig {
     }
 }
 
-impl ProgressConfig {
+impl Validate for ProgressConfig {
     /// Checks the settings.
-    pub fn validate(&self) -> Result<(), RewardError> {
-        let bad = |f: &str, m: &str| Err(RewardError::config(&format!("progress.{f}"), m));
+    fn validate(&self) -> Result<(), Invalid> {
+        let bad = |f: &str, m: &str| Err(Invalid::new(f, m));
         if self.hidden.contains(&0) {
             return bad("hidden", "widths must be at least 1");
         }
@@ -503,7 +504,7 @@ pub fn prepare(
     stages: Option<&dyn StagePredicates>,
     cfg: &ProgressConfig,
 ) -> Result<Prepared, RewardError> {
-    cfg.validate()?;
+    cfg.validate().map_err(|e| e.within("progress"))?;
     let state_dim = episodes
         .iter()
         .flat_map(|e| e.observations.first())

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use diffrl_core::config::{Invalid, Validate};
 use diffrl_core::episode::Episode;
 use diffrl_core::reward::{EpisodeRewards, RewardFailure, RewardModule};
 use diffrl_core::space::Observation;
@@ -48,12 +49,12 @@ impl Default for Shaping {
     }
 }
 
-impl Shaping {
+impl Validate for Shaping {
     /// Checks gamma.
-    pub fn validate(&self) -> Result<(), RewardError> {
+    fn validate(&self) -> Result<(), Invalid> {
         if !(self.gamma.is_finite() && self.gamma > 0.0 && self.gamma <= 1.0) {
-            return Err(RewardError::config(
-                "shaping.gamma",
+            return Err(Invalid::new(
+                "gamma",
                 format!("must be in (0, 1], got {}", self.gamma),
             ));
         }
@@ -104,7 +105,7 @@ impl ShapedReward {
         progress: Arc<dyn ProgressFn>,
         shaping: Shaping,
     ) -> Result<Self, RewardError> {
-        shaping.validate()?;
+        shaping.validate().map_err(|e| e.within("shaping"))?;
         Ok(Self {
             base,
             progress,

@@ -13,6 +13,7 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion as _, Tensor, TensorData};
+use diffrl_core::config::{Invalid, Validate};
 use diffrl_core::episode::Episode;
 use diffrl_core::normalize::{Normalizer, RunningStats};
 use diffrl_core::reward::{EpisodeRewards, RewardFailure, RewardModule};
@@ -26,7 +27,7 @@ use crate::error::RewardError;
 
 pub use crate::folder::{META_FILE, WEIGHTS_FILE};
 
-/// SPA settings (`[reward.spa_model]`, `diffrl reward train --kind spa`).
+/// SPA settings (`[reward.spa_train]`, `diffrl reward train --kind spa`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SpaConfig {
@@ -66,10 +67,10 @@ impl Default for SpaConfig {
     }
 }
 
-impl SpaConfig {
+impl Validate for SpaConfig {
     /// Checks the settings.
-    pub fn validate(&self) -> Result<(), RewardError> {
-        let bad = |f: &str, m: &str| Err(RewardError::config(&format!("spa.{f}"), m));
+    fn validate(&self) -> Result<(), Invalid> {
+        let bad = |f: &str, m: &str| Err(Invalid::new(f, m));
         if self.hidden.contains(&0) {
             return bad("hidden", "widths must be at least 1");
         }
@@ -232,7 +233,7 @@ pub fn train<B: AutodiffBackend>(
     device: &B::Device,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<SpaModel<B::InnerBackend>, RewardError> {
-    cfg.validate()?;
+    cfg.validate().map_err(|e| e.within("spa_train"))?;
     if episodes.len() != outcomes.len() {
         return Err(RewardError::Data(format!(
             "{} episodes but {} outcomes",
