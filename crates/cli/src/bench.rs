@@ -52,8 +52,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "mish")]
     pub activation: String,
     /// `policy` only: where the model runs.
-    #[arg(long, value_enum, default_value_t = crate::train::DeviceArg::Cpu)]
-    pub device: crate::train::DeviceArg,
+    #[arg(long, value_enum, default_value_t = crate::device::DeviceArg::Cpu)]
+    pub device: crate::device::DeviceArg,
     /// `serve` only: the checkpoint to serve.
     #[arg(long)]
     pub policy: Option<std::path::PathBuf>,

@@ -31,7 +31,8 @@ use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 
 use crate::config::RunConfig;
-use crate::train::{bar, check_spec, env_spec};
+use crate::envs::{check_spec, env_spec};
+use crate::progress::bar;
 
 /// Seed stream of the expert inside a relabelled episode.
 const EXPERT_STREAM: u64 = 0xE7;
@@ -477,7 +478,7 @@ pub fn round<B: AutodiffBackend>(
     rcfg.pretrain.steps = cfg.dagger.steps;
     rcfg.pretrain.warmup_steps = cfg.pretrain.warmup_steps.min(cfg.dagger.steps / 10);
     rcfg.pretrain.eval_every = 0;
-    crate::train::pretrain::<B>(
+    crate::bc::pretrain::<B>(
         &rcfg,
         &data_dir,
         Some(policy),

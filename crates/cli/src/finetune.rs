@@ -17,10 +17,10 @@ use diffrl_policy::{Policy, SampleMode, checkpoint};
 use indicatif::ProgressBar;
 
 use crate::config::{self, RunConfig};
-use crate::train::{
-    DeviceArg, append_metrics, bar, check_spec, env_spec, periodic_eval, policy_device,
-    print_report, run_eval, vec_env, write_report,
-};
+use crate::device::DeviceArg;
+use crate::envs::{check_spec, env_spec, vec_env};
+use crate::evaluation::{periodic_eval, policy_device, print_report, run_eval, write_report};
+use crate::progress::{append_metrics, bar};
 use crate::viz::Recording;
 
 /// `diffrl grpo` / `diffrl ppo`.
@@ -188,16 +188,12 @@ pub fn finetune<B: AutodiffBackend>(
         &format!("the policy {}", policy_dir.display()),
     )?;
     let g = &cfg.grpo;
-    // Fine-tuning chooses its own exploration noise (the behaviour-cloning checkpoint's floors
-    // only matter for stochastic sampling).
+    // Fine-tuning chooses its own exploration noise ([grpo]'s floors replace the checkpoint's,
+    // which only matter for stochastic sampling).
     let reference = reference
         .with_diffusion(|d| {
-            if g.min_sampling_std > 0.0 {
-                d.min_sampling_std = g.min_sampling_std;
-            }
-            if g.min_logprob_std > 0.0 {
-                d.min_logprob_std = g.min_logprob_std;
-            }
+            d.min_sampling_std = g.min_sampling_std;
+            d.min_logprob_std = g.min_logprob_std;
         })
         .context("grpo.min_sampling_std / grpo.min_logprob_std")?;
     let trainable = Policy::<B>::trainable(&reference);

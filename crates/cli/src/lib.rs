@@ -6,9 +6,11 @@
 //! the others still live in a module named after them ([`pipeline`] for `run`, [`demos`],
 //! [`dagger`], [`finetune`] for `grpo`/`ppo`, [`reward_cmd`], [`serve`], [`sim`], [`bench`],
 //! [`plots`] for `plot`, [`viz`] for `view`, [`robustness`] for `eval --randomize`). Shared
-//! machinery sits below them: [`config`] (the run config), [`tasks`] (the one file naming
-//! concrete tasks, and the shipped dataset), [`train`] (behaviour cloning, evaluation,
-//! environments, progress bars, reports) and [`viz`] (opening a recording). Statistics are
+//! machinery sits below them, one job per module: [`config`] (the run config), [`tasks`] (the
+//! one file naming concrete tasks, and the shipped dataset), [`device`] (`--device`), [`envs`]
+//! (the configured environment: policy spec, vectors of worlds, dataset folder), [`bc`]
+//! (behaviour cloning), [`evaluation`] (seeded evaluation and eval.json reports), [`progress`]
+//! (progress bars, metrics.jsonl) and [`viz`] (opening a recording). Statistics are
 //! `diffrl_core::stats`; the train_step offset between phases is
 //! `diffrl_core::record::TrainStepOffset`. Imports point down this list, never back: a
 //! subcommand module may use shared machinery and another subcommand's library functions, the
@@ -19,12 +21,12 @@
 macro_rules! with_device {
     ($dev:expr, |$device:ident, $B:ident| $body:expr) => {
         match $dev {
-            $crate::train::DeviceArg::Cpu => {
+            $crate::device::DeviceArg::Cpu => {
                 type $B = diffrl_policy::CpuAutodiff;
                 let $device: burn::tensor::Device<$B> = Default::default();
                 $body
             }
-            $crate::train::DeviceArg::Cuda => {
+            $crate::device::DeviceArg::Cuda => {
                 #[cfg(feature = "cuda")]
                 {
                     type $B = burn::backend::Autodiff<burn::backend::Cuda>;
@@ -43,20 +45,24 @@ macro_rules! with_device {
     };
 }
 
+pub mod bc;
 pub mod bench;
 pub mod commands;
 pub mod config;
 pub mod dagger;
 pub mod demos;
+pub mod device;
+pub mod envs;
+pub mod evaluation;
 pub mod finetune;
 pub mod pipeline;
 pub mod plots;
+pub mod progress;
 pub mod reward_cmd;
 pub mod robustness;
 pub mod serve;
 pub mod sim;
 pub mod tasks;
-pub mod train;
 pub mod viz;
 
 use std::ffi::OsString;
@@ -142,13 +148,13 @@ pub enum Command {
     /// Time environment steps on one thread (tools/bench_pusht.sh compares with gym-pusht).
     Bench(bench::BenchArgs),
     /// Behaviour cloning of the configured policy on a LeRobot dataset folder.
-    Pretrain(train::PretrainArgs),
+    Pretrain(commands::pretrain::PretrainArgs),
     /// Fine-tune a pretrained policy with GRPO over its denoising chains ([grpo], [reward]).
     Grpo(finetune::FinetuneArgs),
     /// Fine-tune with the DPPO-style PPO baseline (learned critic, GAE; same [grpo] table).
     Ppo(finetune::FinetuneArgs),
     /// Evaluate a policy checkpoint on seeded episodes; writes eval.json.
-    Eval(train::EvalArgs),
+    Eval(commands::eval::EvalArgs),
     /// Serve a policy checkpoint over websockets with openpi-client's protocol.
     Serve(serve::ServeArgs),
     /// Progress reward models: `train` on demonstrations, `eval` their metrics.

@@ -22,7 +22,8 @@ use diffrl_reward::progress::{self, ProgressInput, ProgressModel, held_out};
 use diffrl_reward::shaping::{ShapedReward, Shaping};
 
 use crate::config::{self, RunConfig};
-use crate::train::{bar, dataset_dir, env_spec, vec_env};
+use crate::envs::{dataset_dir, env_spec, vec_env};
+use crate::progress::bar;
 
 type Cpu = diffrl_policy::CpuBackend;
 
@@ -239,7 +240,7 @@ fn dataset_episodes(
         .episodes("observation.state")
         .with_context(|| format!("reading the episodes of {}", dir.display()))?;
     // Models score what the environment observes (Push-T: keypoint views of the states).
-    crate::train::observe_recorded(&cfg.env, &mut eps).with_context(|| {
+    crate::envs::observe_recorded(&cfg.env, &mut eps).with_context(|| {
         format!(
             "[env] observes {} with {}",
             cfg.env.observation(),
@@ -469,7 +470,7 @@ fn policy_rollouts(
     let device = Default::default();
     let (policy, _) = checkpoint::load::<Cpu>(policy_dir, &device)
         .with_context(|| format!("loading the policy {}", policy_dir.display()))?;
-    crate::train::check_spec(
+    crate::envs::check_spec(
         &policy.spec,
         &env_spec(cfg)?,
         &format!("the policy {}", policy_dir.display()),

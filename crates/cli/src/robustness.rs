@@ -27,8 +27,10 @@ use diffrl_policy::{Policy, SampleMode, checkpoint};
 use diffrl_viz::paths;
 use serde::{Deserialize, Serialize};
 
+use crate::commands::eval::EvalArgs;
 use crate::config::{self, RunConfig};
-use crate::train::{EvalArgs, bar, check_spec, env_spec, vec_env};
+use crate::envs::{check_spec, env_spec, vec_env};
+use crate::progress::bar;
 
 /// The machine-readable table, written next to the policy's evaluation.
 pub const JSON_FILE: &str = "robustness.json";

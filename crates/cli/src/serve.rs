@@ -20,7 +20,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::config::RunConfig;
-use crate::train::{DeviceArg, bar, env_spec, vec_env};
+use crate::device::DeviceArg;
+use crate::envs::{env_spec, vec_env};
+use crate::progress::bar;
 
 /// Arguments of `diffrl serve`.
 #[derive(Debug, Args)]
@@ -588,7 +590,7 @@ pub fn bench_serve(args: &LoadArgs<'_>, out: &mut dyn Write) -> anyhow::Result<(
 
 /// `diffrl eval --remote URL`: writes eval.json with the remote timing next to the results.
 pub fn remote_eval_cmd(
-    args: &crate::train::EvalArgs,
+    args: &crate::commands::eval::EvalArgs,
     url: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
@@ -619,7 +621,7 @@ pub fn remote_eval_cmd(
     });
     diffrl_core::fs::write_atomic(&path, &serde_json::to_vec_pretty(&doc)?)
         .with_context(|| format!("writing {}", path.display()))?;
-    crate::train::print_report(out, &report)?;
+    crate::evaluation::print_report(out, &report)?;
     writeln!(
         out,
         "remote: {} requests, round trip p50 {:.2} ms / p99 {:.2} ms (injected {:.1} ms), server \

@@ -1,13 +1,47 @@
 //! `diffrl pretrain`: behaviour cloning of the configured policy on a LeRobot dataset.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use anyhow::bail;
+use clap::Args;
 use diffrl_core::record::Timeline;
 
+use crate::bc::pretrain;
 use crate::config;
-use crate::train::{PretrainArgs, dataset_dir, pretrain};
+use crate::device::DeviceArg;
+use crate::envs::dataset_dir;
 use crate::viz::Recording;
+
+/// `diffrl pretrain`.
+#[derive(Debug, Args)]
+pub struct PretrainArgs {
+    /// Run config (TOML); without it, the embedded Push-T config.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// LeRobot dataset folder (default: [demos].dataset, else runs/<name>/demos).
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+    /// Output folder (default: runs/<name>/pretrain).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue from the output folder's train_state (exactly where it stopped).
+    #[arg(long)]
+    pub resume: bool,
+    /// Override [pretrain].steps.
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Start from this policy checkpoint's weights and normalisers instead of a new network
+    /// (a fresh optimiser and learning-rate schedule), e.g. a DAgger round on aggregated data.
+    #[arg(long, value_name = "POLICY", conflicts_with = "resume")]
+    pub init: Option<PathBuf>,
+    /// Override [eval].episodes for the final evaluation (0 = skip it).
+    #[arg(long)]
+    pub eval_episodes: Option<usize>,
+    /// Device.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+}
 
 /// `diffrl pretrain`.
 pub fn pretrain_cmd(

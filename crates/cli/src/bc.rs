@@ -1,0 +1,199 @@
+//! Behaviour cloning of the configured policy on a LeRobot dataset ([`pretrain`]): what
+//! `diffrl pretrain`, DAgger rounds and the pipeline's BC stage run.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use diffrl_core::lerobot::read_dataset;
+use diffrl_core::record::{Recorder, Timeline, Topic};
+use diffrl_learn::LearnError;
+use diffrl_learn::bc::{self, BcHooks, BcLog};
+use diffrl_learn::data::{ChunkDataset, fit_normalizers};
+use diffrl_learn::eval::EvalReport;
+use diffrl_policy::{Policy, PolicySpec, SampleMode, checkpoint};
+use indicatif::ProgressBar;
+
+use crate::config::RunConfig;
+use crate::envs::{check_spec, env_spec, observe_recorded};
+use crate::evaluation::{periodic_eval, policy_device, print_report, run_eval, write_report};
+use crate::progress::{append_metrics, bar};
+
+/// Training hooks: the progress bar, metrics.jsonl, the recording and periodic evaluations.
+struct Hooks<'a> {
+    cfg: &'a RunConfig,
+    pb: ProgressBar,
+    metrics: PathBuf,
+    rec: &'a dyn Recorder,
+}
+
+impl<B: Backend> BcHooks<B> for Hooks<'_> {
+    fn log(&mut self, l: &BcLog) {
+        self.rec.train_scalars(
+            l.step as i64,
+            &[
+                (Topic::Loss, "bc", l.loss),
+                (Topic::Lr, "lr", l.lr),
+                (Topic::Grad, "norm", l.grad_norm),
+                (Topic::Speed, "steps_per_s", l.steps_per_sec),
+            ],
+        );
+        self.pb.set_position(l.step as u64);
+        self.pb.set_message(format!(
+            "loss {:.4} lr {:.1e} {:.0} steps/s",
+            l.loss, l.lr, l.steps_per_sec
+        ));
+        append_metrics(
+            &self.metrics,
+            &serde_json::json!({"stage": "pretrain", "train": l}),
+        );
+    }
+
+    fn evaluate(
+        &mut self,
+        step: usize,
+        policy: &Policy<B>,
+    ) -> Result<Option<serde_json::Value>, LearnError> {
+        let n = self.cfg.pretrain.eval_episodes;
+        let summary = periodic_eval(self.cfg, &self.pb, policy, ("step", step), n, self.rec)?;
+        if let Some(s) = &summary {
+            append_metrics(
+                &self.metrics,
+                &serde_json::json!({"stage": "pretrain", "eval": s}),
+            );
+        }
+        Ok(summary)
+    }
+}
+
+/// Trains the configured policy, recording training scalars and evaluation episodes into `rec`
+/// (`&NoRecorder` for none); returns the EMA policy's final evaluation (if any). With `init`,
+/// training starts from that checkpoint's weights and normalisers (a fresh optimiser and
+/// schedule) instead of a new network: DAgger's later rounds.
+#[allow(clippy::too_many_arguments)]
+pub fn pretrain<B: AutodiffBackend>(
+    cfg: &RunConfig,
+    dataset: &Path,
+    init: Option<&Path>,
+    out_dir: &Path,
+    resume: bool,
+    eval_episodes: usize,
+    device: &B::Device,
+    out: &mut dyn Write,
+    rec: &dyn Recorder,
+) -> anyhow::Result<Option<EvalReport>> {
+    let ds = read_dataset(dataset).with_context(|| {
+        format!(
+            "reading the training dataset {} (record one with `diffrl demos {} --out DIR` \
+             or pass --dataset)",
+            dataset.display(),
+            cfg.task
+        )
+    })?;
+    let mut episodes = ds.episodes("observation.state")?;
+    observe_recorded(&cfg.env, &mut episodes).with_context(|| {
+        format!(
+            "[env] observes {} with {}",
+            cfg.env.observation(),
+            dataset.display()
+        )
+    })?;
+    let norm = fit_normalizers(&episodes)
+        .with_context(|| format!("checking the dataset {}", dataset.display()))?;
+    let env = env_spec(cfg)?;
+    if env.image.is_some() {
+        bail!(
+            "[env].obs = \"pixels\": the dataset {} holds states only; pixel policies need \
+             image frames in the dataset, which diffrl does not record yet",
+            dataset.display()
+        );
+    }
+    let spec = PolicySpec {
+        state_dim: norm.state.dim(),
+        action_dim: norm.action.dim(),
+        image: None,
+    };
+    check_spec(&spec, &env, &format!("the dataset {}", dataset.display()))?;
+    let policy = match init {
+        None => Policy::<B>::new(cfg.policy.clone(), spec, norm, cfg.run.seed, device)?,
+        Some(dir) => {
+            let (p, _) = checkpoint::load::<B>(dir, device)
+                .with_context(|| format!("loading the initial policy {}", dir.display()))?;
+            check_spec(
+                &p.spec,
+                &env,
+                &format!("the initial policy {}", dir.display()),
+            )?;
+            if p.config != cfg.policy {
+                bail!(
+                    "the initial policy {} was built with other [policy] settings than the \
+                     config's; continue training it with its own",
+                    dir.display()
+                );
+            }
+            p
+        }
+    };
+    let data = ChunkDataset::build(
+        &episodes,
+        cfg.policy.obs_horizon,
+        cfg.policy.pred_horizon,
+        &policy.norm,
+    )?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    writeln!(
+        out,
+        "pretrain: {} samples from {} episodes of {}; {:?} policy, {} steps of batch {}",
+        data.len,
+        episodes.len(),
+        dataset.display(),
+        cfg.policy.kind,
+        cfg.pretrain.steps,
+        cfg.pretrain.batch_size
+    )?;
+    let pb = bar(
+        cfg.pretrain.steps as u64,
+        "  pretrain [{bar:30}] {pos}/{len} {msg} {elapsed_precise} (eta {eta})",
+    );
+    let mut hooks = Hooks {
+        cfg,
+        pb: pb.clone(),
+        metrics: out_dir.join("metrics.jsonl"),
+        rec,
+    };
+    let t0 = std::time::Instant::now();
+    let outcome = bc::train(
+        policy,
+        &data,
+        &cfg.pretrain,
+        cfg.run.seed,
+        out_dir,
+        resume,
+        &mut hooks,
+    )?;
+    pb.finish_and_clear();
+    writeln!(
+        out,
+        "pretrain: {} steps in {:.1} s; policy in {}",
+        outcome.steps,
+        t0.elapsed().as_secs_f64(),
+        out_dir.join("policy").display()
+    )?;
+    if eval_episodes == 0 {
+        return Ok(None);
+    }
+    rec.set_time(Timeline::TrainStep, outcome.steps as i64);
+    let r = run_eval(
+        cfg,
+        &outcome.policy,
+        &policy_device(&outcome.policy),
+        eval_episodes,
+        cfg.eval.seed,
+        SampleMode::Deterministic,
+        rec,
+    )?;
+    write_report(out_dir.join("eval.json").as_path(), &r)?;
+    print_report(out, &r)?;
+    Ok(Some(r))
+}

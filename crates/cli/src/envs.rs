@@ -1,0 +1,75 @@
+//! The configured environment as the commands need it: the policy spec it produces, a vector
+//! of its worlds, its view of recorded states, and a run's dataset folder.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::bail;
+use diffrl_core::Episode;
+use diffrl_core::dyn_env::DynEnv;
+use diffrl_core::dyn_task::EnvSection;
+use diffrl_core::env::Env;
+use diffrl_core::vec_env::{AutoReset, VecEnv};
+use diffrl_policy::PolicySpec;
+
+use crate::config::RunConfig;
+
+/// Replaces the recorded states of `episodes` by what an environment of `env` observes there
+/// (Push-T keypoint policies: the keypoints of the 5-d states), in place.
+pub(crate) fn observe_recorded(env: &EnvSection, episodes: &mut [Episode]) -> anyhow::Result<()> {
+    for (i, ep) in episodes.iter_mut().enumerate() {
+        for o in ep
+            .observations
+            .iter_mut()
+            .chain(ep.final_observation.as_mut())
+        {
+            o.state = env
+                .observe_recorded(&o.state)
+                .map_err(|m| anyhow::anyhow!("episode {i} {m}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The policy spec the configured environment produces.
+pub fn env_spec(cfg: &RunConfig) -> anyhow::Result<PolicySpec> {
+    let env = cfg.env.build();
+    let space = env.observation_space();
+    let state_dim = space.state.as_ref().map_or(0, |s| s.dim());
+    Ok(PolicySpec {
+        state_dim,
+        action_dim: env.action_space().dim(),
+        image: space
+            .image
+            .map(|im| [3, im.height as usize, im.width as usize]),
+    })
+}
+
+pub(crate) fn check_spec(policy: &PolicySpec, env: &PolicySpec, what: &str) -> anyhow::Result<()> {
+    if policy != env {
+        bail!(
+            "{what} expects state dim {}, action dim {}, image {:?}, but the configured \
+             environment gives {}, {}, {:?} (check [env].obs)",
+            policy.state_dim,
+            policy.action_dim,
+            policy.image,
+            env.state_dim,
+            env.action_dim,
+            env.image
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn vec_env(cfg: &RunConfig, envs: usize) -> VecEnv<DynEnv> {
+    let worlds = (0..envs).map(|_| cfg.env.build()).collect();
+    VecEnv::new(worlds, AutoReset::SameStep, cfg.run.threads)
+}
+
+/// Resolves the dataset folder of a run.
+pub fn dataset_dir(cfg: &RunConfig, arg: Option<&Path>) -> PathBuf {
+    match arg {
+        Some(p) => p.to_path_buf(),
+        None if !cfg.demos.dataset.as_os_str().is_empty() => cfg.demos.dataset.clone(),
+        None => cfg.run.runs_dir.join(&cfg.run.name).join("demos"),
+    }
+}

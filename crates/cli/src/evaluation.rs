@@ -1,0 +1,147 @@
+//! Seeded evaluation of a policy on the configured environment ([`run_eval`]), the periodic
+//! evaluations during training, and eval.json reports.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context;
+use burn::tensor::backend::Backend;
+use diffrl_core::fs::write_atomic;
+use diffrl_core::record::{Level, Recorder, Timeline, Topic};
+use diffrl_learn::LearnError;
+use diffrl_learn::eval::{EvalReport, evaluate};
+use diffrl_policy::{Policy, SampleMode};
+use indicatif::ProgressBar;
+
+use crate::config::RunConfig;
+use crate::envs::vec_env;
+use crate::progress::bar;
+
+/// Evaluates `policy` on the configured environment, recording environment 0's episodes and
+/// every episode's end into `rec` (`&NoRecorder` for none), then a summary line.
+pub fn run_eval<B: Backend>(
+    cfg: &RunConfig,
+    policy: &Policy<B>,
+    device: &B::Device,
+    episodes: usize,
+    seed: u64,
+    mode: SampleMode,
+    rec: &dyn Recorder,
+) -> Result<EvalReport, LearnError> {
+    let mut venv = vec_env(cfg, cfg.eval.envs.min(episodes.max(1)));
+    let pb = bar(
+        episodes as u64,
+        "  eval [{bar:30}] {pos}/{len} episodes {elapsed_precise} (eta {eta})",
+    );
+    let report = evaluate(
+        &mut venv,
+        policy,
+        device,
+        episodes,
+        seed,
+        mode,
+        &mut |d, _| pb.set_position(d as u64),
+        rec,
+    );
+    pb.finish_and_clear();
+    if let Ok(r) = &report
+        && rec.enabled()
+    {
+        rec.text(
+            diffrl_viz::paths::EVAL_SUMMARY,
+            Level::Info,
+            &format!(
+                "evaluation (seed {seed}): success {:.1}% ({}/{}; Wilson 95% CI {:.1}-{:.1}%),                  mean max score {:.3}, mean length {:.1}",
+                100.0 * r.success_rate,
+                r.successes,
+                r.episodes,
+                100.0 * r.ci95[0],
+                100.0 * r.ci95[1],
+                r.mean_max_score,
+                r.mean_length
+            ),
+        );
+        rec.flush();
+    }
+    report
+}
+
+/// A periodic evaluation during training on `n` episodes: prints a line above the progress bar
+/// and returns the summary stored with the checkpoint (None when off).
+pub(crate) fn periodic_eval<B: Backend>(
+    cfg: &RunConfig,
+    pb: &ProgressBar,
+    policy: &Policy<B>,
+    at: (&str, usize),
+    n: usize,
+    rec: &dyn Recorder,
+) -> Result<Option<serde_json::Value>, LearnError> {
+    if n == 0 {
+        return Ok(None);
+    }
+    let device = policy_device(policy);
+    rec.set_time(Timeline::TrainStep, at.1 as i64);
+    let r = pb.suspend(|| {
+        run_eval(
+            cfg,
+            policy,
+            &device,
+            n,
+            cfg.eval.seed,
+            SampleMode::Deterministic,
+            rec,
+        )
+    })?;
+    rec.train_scalars(
+        at.1 as i64,
+        &[
+            (Topic::Success, "eval", r.success_rate),
+            (Topic::Reward, "eval_mean_max_score", r.mean_max_score),
+        ],
+    );
+    pb.println(format!(
+        "  {} {}: success {:.1}% (95% CI {:.1}-{:.1}%), mean max score {:.3} over {n} episodes",
+        at.0,
+        at.1,
+        100.0 * r.success_rate,
+        100.0 * r.ci95[0],
+        100.0 * r.ci95[1],
+        r.mean_max_score
+    ));
+    Ok(Some(serde_json::json!({
+        at.0: at.1,
+        "success_rate": r.success_rate,
+        "ci95": r.ci95,
+        "mean_max_score": r.mean_max_score,
+        "mean_length": r.mean_length,
+        "episodes": r.episodes
+    })))
+}
+
+/// The device a policy's weights live on.
+pub(crate) fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
+    use burn::module::Module;
+    policy.model.devices().pop().unwrap_or_default()
+}
+
+/// Writes an eval.json (atomically).
+pub(crate) fn write_report(path: &Path, r: &EvalReport) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(r)?;
+    write_atomic(path, &json).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Prints an evaluation's one-line summary.
+pub(crate) fn print_report(out: &mut dyn Write, r: &EvalReport) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "eval: success {:.1}% ({}/{}; Wilson 95% CI {:.1}-{:.1}%), mean max score {:.3}, mean length {:.1}",
+        100.0 * r.success_rate,
+        r.successes,
+        r.episodes,
+        100.0 * r.ci95[0],
+        100.0 * r.ci95[1],
+        r.mean_max_score,
+        r.mean_length
+    )?;
+    Ok(())
+}
