@@ -261,25 +261,8 @@ struct Scorer<'a> {
 }
 
 impl runner::Agent for Scorer<'_> {
-    fn obs_horizon(&self) -> usize {
-        self.actor.obs_horizon()
-    }
-    fn action_horizon(&self) -> usize {
-        self.actor.action_horizon()
-    }
-    fn action_dim(&self) -> usize {
-        self.actor.action_dim()
-    }
-    fn images(&self) -> bool {
-        self.actor.images()
-    }
-    fn act(
-        &mut self,
-        envs: &[usize],
-        obs: &ObsBatch,
-        rec: &dyn Recorder,
-    ) -> Result<Vec<f32>, LearnError> {
-        self.actor.act(envs, obs, rec)
+    fn actor(&mut self) -> &mut dyn Actor {
+        &mut *self.actor
     }
 
     fn observe(&mut self, env: usize, _before: &Observation, _action: &[f32], step: &VecStep) {

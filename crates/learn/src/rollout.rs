@@ -15,6 +15,7 @@ use diffrl_core::vec_env::{VecEnv, VecStep};
 use diffrl_policy::{ObsBatch, Policy, PolicyModel, SampleMode};
 
 use crate::LearnError;
+use crate::eval::Actor;
 use crate::runner;
 
 /// One policy call of a rollout: what it saw and the chain it sampled.
@@ -203,6 +204,32 @@ struct GroupCollector<'a, B: Backend> {
 }
 
 impl<B: Backend> runner::Agent for GroupCollector<'_, B> {
+    fn actor(&mut self) -> &mut dyn Actor {
+        self
+    }
+
+    fn observe(&mut self, env: usize, before: &Observation, action: &[f32], step: &VecStep) {
+        let r = &mut self.rollouts[env];
+        r.episode.push(
+            before.clone(),
+            action.to_vec(),
+            step.rewards[env],
+            step.infos[env].score,
+            step.infos[env].success,
+        );
+        if let Some(d) = r.decisions.last_mut() {
+            d.executed += 1;
+        }
+        if step.terminated[env] || step.truncated[env] {
+            r.episode.terminated = step.terminated[env];
+            r.episode.truncated = step.truncated[env];
+            r.episode.final_observation = step.final_obs[env].clone();
+        }
+    }
+}
+
+/// The stochastic policy, keeping every call as a [`Decision`] of its rollout.
+impl<B: Backend> Actor for GroupCollector<'_, B> {
     fn obs_horizon(&self) -> usize {
         self.policy.config.obs_horizon
     }
@@ -267,25 +294,6 @@ impl<B: Backend> runner::Agent for GroupCollector<'_, B> {
             .chunks(tp * da)
             .flat_map(|c| c[..ta * da].iter().copied())
             .collect())
-    }
-
-    fn observe(&mut self, env: usize, before: &Observation, action: &[f32], step: &VecStep) {
-        let r = &mut self.rollouts[env];
-        r.episode.push(
-            before.clone(),
-            action.to_vec(),
-            step.rewards[env],
-            step.infos[env].score,
-            step.infos[env].success,
-        );
-        if let Some(d) = r.decisions.last_mut() {
-            d.executed += 1;
-        }
-        if step.terminated[env] || step.truncated[env] {
-            r.episode.terminated = step.terminated[env];
-            r.episode.truncated = step.truncated[env];
-            r.episode.final_observation = step.final_obs[env].clone();
-        }
     }
 }
 

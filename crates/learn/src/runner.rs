@@ -14,6 +14,7 @@ use diffrl_core::vec_env::{VecEnv, VecStep};
 use diffrl_policy::ObsBatch;
 
 use crate::LearnError;
+use crate::eval::Actor;
 
 /// Observation history of one environment (the last To observations, oldest first; the first
 /// observation of an episode is repeated before it).
@@ -57,25 +58,11 @@ pub(crate) fn batch(histories: &[History], idx: &[usize], images: bool) -> ObsBa
     }
 }
 
-/// What drives [`play`]: it chooses the actions and keeps the record of what happened.
+/// What drives [`play`]: an [`Actor`] that chooses the actions, and the record of what came
+/// of them.
 pub(crate) trait Agent {
-    /// Observations per input window (To).
-    fn obs_horizon(&self) -> usize;
-    /// Actions executed per call (Ta).
-    fn action_horizon(&self) -> usize;
-    /// Width of one action.
-    fn action_dim(&self) -> usize;
-    /// Whether windows carry images.
-    fn images(&self) -> bool;
-    /// Actions `[B, Ta, Da]` (row-major) for the windows of environments `envs`. When `rec`
-    /// is on and environment 0 is among `envs`, its call may be logged as a
-    /// [`diffrl_core::record::PolicyCall`]; the actions must not depend on that.
-    fn act(
-        &mut self,
-        envs: &[usize],
-        obs: &ObsBatch,
-        rec: &dyn Recorder,
-    ) -> Result<Vec<f32>, LearnError>;
+    /// The actor that chooses the actions.
+    fn actor(&mut self) -> &mut dyn Actor;
     /// Environment `env` executed `action` from observation `before`; row `env` of `step` is
     /// what came of it. Called only for environments that still had episodes to play.
     fn observe(&mut self, env: usize, before: &Observation, action: &[f32], step: &VecStep);
@@ -125,7 +112,7 @@ fn record_step<E: Env>(venv: &VecEnv<E>, step: &VecStep, last_episode: bool, rec
 /// With `rec` on, environment 0 is the recorded one: its scene after every step it plays
 /// (after its last episode ends, the clock only ticks: the environment has reset already) and
 /// its step rewards ([`StepSeries::Reward`]) on the `env_step` timeline, and its policy calls
-/// through [`Agent::act`].
+/// through [`Actor::act`].
 pub(crate) fn play<E: Env>(
     venv: &mut VecEnv<E>,
     first: Vec<Observation>,
@@ -135,12 +122,13 @@ pub(crate) fn play<E: Env>(
 ) -> Result<PlayStats, LearnError> {
     let recording = rec.enabled();
     let n = venv.len();
+    let actor = agent.actor();
     let (to, ta, da) = (
-        agent.obs_horizon(),
-        agent.action_horizon(),
-        agent.action_dim(),
+        actor.obs_horizon(),
+        actor.action_horizon(),
+        actor.action_dim(),
     );
-    let images = agent.images();
+    let images = actor.images();
     let mut stats = PlayStats {
         first_env_step: recording.then(|| record_scene(venv, rec)),
         ..PlayStats::default()
@@ -155,7 +143,7 @@ pub(crate) fn play<E: Env>(
         if !need.is_empty() {
             let t = Instant::now();
             let obs = batch(&histories, &need, images);
-            let chunks = agent.act(&need, &obs, rec)?;
+            let chunks = agent.actor().act(&need, &obs, rec)?;
             if chunks.len() != need.len() * ta * da {
                 return Err(LearnError::Actor(format!(
                     "it returned {} action values for {} windows of {ta} x {da}",
