@@ -56,12 +56,14 @@ pub struct GrpoConfig {
     /// `[policy.diffusion].ft_denoising_steps`, whose value it replaces for fine-tuning.
     pub ft_denoising_steps: usize,
     /// Floor on the sampling standard deviation of the rollouts' chains (normalised action
-    /// units; 0 = keep the checkpoint's `min_sampling_std`). The exploration noise: Push-T needs
-    /// a few pixels of precision, and the behaviour-cloning default of 0.1 (about 26 px) drops
-    /// a 58% policy to 16% in stochastic rollouts (docs/grpo.md).
+    /// units). It replaces the checkpoint's `[policy.diffusion].min_sampling_std` and means the
+    /// same (0 = no floor). The exploration noise: Push-T needs a few pixels of precision, and
+    /// the behaviour-cloning default of 0.1 (about 26 px) drops a 58% policy to 16% in
+    /// stochastic rollouts (docs/grpo.md).
     pub min_sampling_std: f64,
-    /// Floor on the standard deviation of the chains' log-likelihoods (0 = the checkpoint's
-    /// `min_logprob_std`); set it with `min_sampling_std` so likelihoods are the sampler's.
+    /// Floor on the standard deviation of the chains' log-likelihoods (> 0), replacing the
+    /// checkpoint's `[policy.diffusion].min_logprob_std`. Set it with `min_sampling_std` so
+    /// likelihoods are the sampler's.
     pub min_logprob_std: f64,
     /// Passes over the batch per iteration.
     pub epochs: usize,
@@ -150,16 +152,16 @@ impl Validate for GrpoConfig {
             "must be >= 2: group-relative advantages compare rollouts of one initial state",
         )?;
         ensure(self.epochs >= 1, "epochs", "must be >= 1")?;
-        for (v, key) in [
-            (self.min_sampling_std, "min_sampling_std"),
-            (self.min_logprob_std, "min_logprob_std"),
-        ] {
-            ensure(
-                v.is_finite() && v >= 0.0,
-                key,
-                "must be >= 0 (0 = the checkpoint's)",
-            )?;
-        }
+        ensure(
+            self.min_sampling_std.is_finite() && self.min_sampling_std >= 0.0,
+            "min_sampling_std",
+            "must be >= 0 (0 = no floor)",
+        )?;
+        ensure(
+            self.min_logprob_std.is_finite() && self.min_logprob_std > 0.0,
+            "min_logprob_std",
+            "must be > 0",
+        )?;
         ensure(self.minibatch >= 1, "minibatch", "must be >= 1")?;
         ensure(self.lr > 0.0 && self.lr.is_finite(), "lr", "must be > 0")?;
         ensure(self.weight_decay >= 0.0, "weight_decay", "must be >= 0")?;
