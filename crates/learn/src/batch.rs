@@ -115,7 +115,7 @@ pub(crate) fn collect_round<E: Env, B: AutodiffBackend>(
     let (rollouts, stats) = collect_groups(
         venv,
         &run.policy.valid(),
-        Some(&run.reference.model),
+        Some(run.reference.base_or_model()),
         groups,
         group_size,
         derive(it_seed, 100 + round as u64),

@@ -170,7 +170,7 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
         self.last = Some(line);
         self.stopped = hooks.should_stop();
         if cfg.eval_every > 0 && it % cfg.eval_every == 0 && it < cfg.iterations {
-            self.last_eval = hooks.evaluate(it, &self.policy.valid())?;
+            self.last_eval = hooks.evaluate(it, &self.deployed())?;
         }
         if it % cfg.checkpoint_every == 0 || it == cfg.iterations || self.stopped {
             self.save_checkpoint(files()?)?;
@@ -210,7 +210,7 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
             "env_steps": st.env_steps,
             "eval": self.last_eval,
         });
-        checkpoint::save(&self.policy.valid(), &self.out.join(POLICY_DIR), info)?;
+        checkpoint::save(&self.deployed(), &self.out.join(POLICY_DIR), info)?;
         let refs: Vec<(&str, &[u8])> = all.iter().map(|(n, b)| (*n, b.as_slice())).collect();
         write_dir_atomic(&self.out.join(STATE_DIR), &refs)?;
         Ok(())
@@ -269,10 +269,22 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
         }
     }
 
-    /// The fine-tuned policy and how the run ended.
+    /// The policy as evaluation, checkpoints and serving see it. With K' < K the chain's early
+    /// steps ran the frozen reference in every rollout: the policy keeps it as its base, so
+    /// they sample the chain the rollouts sampled.
+    pub fn deployed(&self) -> Policy<B::InnerBackend> {
+        let policy = self.policy.valid();
+        if policy.splits_chain() {
+            policy.with_base(self.reference.base_or_model().clone())
+        } else {
+            policy
+        }
+    }
+
+    /// The fine-tuned policy (as [`Session::deployed`]) and how the run ended.
     pub fn outcome(self) -> GrpoOutcome<B::InnerBackend> {
         GrpoOutcome {
-            policy: self.policy.valid(),
+            policy: self.deployed(),
             iterations: self.iteration,
             interrupted: self.stopped && self.iteration < self.cfg.iterations,
             last: self.last,

@@ -1,6 +1,8 @@
 //! Policy checkpoints: a folder with `model.safetensors` (weights), `policy.json` (config,
-//! dimensions, normalisers and free-form training metadata). Written to a temporary sibling
-//! folder and renamed into place, so a crash never leaves a half-written checkpoint.
+//! dimensions, normalisers and free-form training metadata) and, for a policy fine-tuned on the
+//! last K' < K chain steps, `base.safetensors` (the frozen network that runs the steps before
+//! them; see `Policy::with_base`). Written to a temporary sibling folder and renamed into
+//! place, so a crash never leaves a half-written checkpoint.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +17,8 @@ use crate::policy::{Normalizers, Policy, PolicySpec};
 
 /// Weights file inside a checkpoint folder.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// Weights of the base network (the chain's steps before the last K'), when the policy has one.
+pub const BASE_FILE: &str = "base.safetensors";
 /// Metadata file inside a checkpoint folder.
 pub const META_FILE: &str = "policy.json";
 const FORMAT: u32 = 1;
@@ -144,7 +148,20 @@ pub fn save<B: Backend>(
         message,
     })?;
     let json = serde_json::to_vec_pretty(&meta).expect("policy metadata serialises");
-    write_dir_atomic(dir, &[(WEIGHTS_FILE, &weights), (META_FILE, &json)])
+    let base = match policy.base() {
+        Some(b) => Some(
+            weights_to_bytes(b).map_err(|message| CheckpointError::Corrupt {
+                path: dir.join(BASE_FILE),
+                message,
+            })?,
+        ),
+        None => None,
+    };
+    let mut files: Vec<(&str, &[u8])> = vec![(WEIGHTS_FILE, &weights), (META_FILE, &json)];
+    if let Some(b) = &base {
+        files.push((BASE_FILE, b));
+    }
+    write_dir_atomic(dir, &files)
 }
 
 /// Writes a folder of files atomically: a temporary sibling, then renames.
@@ -214,5 +231,12 @@ pub fn load<B: Backend>(
     let wpath = dir.join(WEIGHTS_FILE);
     let bytes = std::fs::read(&wpath).map_err(io(&wpath))?;
     weights_from_bytes(&mut policy.model, bytes, &wpath)?;
+    let bpath = dir.join(BASE_FILE);
+    if bpath.exists() {
+        let mut base = policy.model.clone();
+        let bytes = std::fs::read(&bpath).map_err(io(&bpath))?;
+        weights_from_bytes(&mut base, bytes, &bpath)?;
+        policy = policy.with_base(base);
+    }
     Ok((policy, meta.info))
 }

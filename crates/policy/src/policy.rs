@@ -114,6 +114,10 @@ pub struct Policy<B: Backend> {
     /// `config.diffusion` precomputed for the chain. Every policy has one, so a diffusion model
     /// can never lack its process; only diffusion models read it (dispatch is on `model`).
     process: DiffusionProcess,
+    /// The network that runs the chain steps before the last K' of a policy fine-tuned with
+    /// K' < K: the frozen pretrained copy it was trained with, so evaluation and serving sample
+    /// the chain its rollouts sampled. None: `model` runs every step.
+    base: Option<PolicyModel<B>>,
 }
 
 impl<B: Backend> Policy<B> {
@@ -169,10 +173,12 @@ impl<B: Backend> Policy<B> {
             spec,
             norm,
             process,
+            base: None,
         })
     }
 
-    /// The same policy around another model of the same architecture (e.g. after an update).
+    /// The same policy around another model of the same architecture (e.g. after an update),
+    /// without a base network (see [`Policy::with_base`]).
     pub fn with_model<B2: Backend>(&self, model: PolicyModel<B2>) -> Policy<B2> {
         Policy {
             model,
@@ -180,7 +186,33 @@ impl<B: Backend> Policy<B> {
             spec: self.spec.clone(),
             norm: self.norm.clone(),
             process: self.process.clone(),
+            base: None,
         }
+    }
+
+    /// The same policy whose chain steps before the last K' run `base` (the frozen pretrained
+    /// network it was fine-tuned with) unless [`Policy::act`] is handed another; checkpoints
+    /// keep it. Only diffusion policies with K' < K read it.
+    pub fn with_base(mut self, base: PolicyModel<B>) -> Self {
+        self.base = Some(base);
+        self
+    }
+
+    /// The base network, when the chain's early steps run one (see [`Policy::with_base`]).
+    pub fn base(&self) -> Option<&PolicyModel<B>> {
+        self.base.as_ref()
+    }
+
+    /// The network a fine-tuning of this policy freezes for the chain's steps before the last
+    /// K': its base when it has one (a policy fine-tuned before), else its own.
+    pub fn base_or_model(&self) -> &PolicyModel<B> {
+        self.base.as_ref().unwrap_or(&self.model)
+    }
+
+    /// Whether the chain's steps before the last K' run another network than `model` when one
+    /// is given (a diffusion policy fine-tuning K' < K steps).
+    pub fn splits_chain(&self) -> bool {
+        self.process().is_some_and(|p| p.ft_steps() < p.steps())
     }
 
     /// The same network fine-tuning only the last `ft` denoising steps (K'; 0 = all): earlier
@@ -208,6 +240,7 @@ impl<B: Backend> Policy<B> {
             spec: self.spec.clone(),
             norm: self.norm.clone(),
             process,
+            base: self.base.clone(),
         })
     }
 
@@ -291,7 +324,8 @@ impl<B: Backend> Policy<B> {
     }
 
     /// Samples action chunks for a batch. `frozen` (the pretrained copy) runs the steps before
-    /// the last K' during fine-tuning; `record` keeps the chain and its log-probs.
+    /// the last K' during fine-tuning; without it, the policy's own base does, if it has one
+    /// (see [`Policy::with_base`]). `record` keeps the chain and its log-probs.
     pub fn act(
         &self,
         frozen: Option<&PolicyModel<B>>,
@@ -338,7 +372,7 @@ impl<B: Backend> Policy<B> {
         let p = &self.process;
         let sample = match &self.model {
             PolicyModel::Diffusion(m) => {
-                let frozen = match frozen {
+                let frozen = match frozen.or(self.base.as_ref()) {
                     Some(PolicyModel::Diffusion(f)) => Some(f),
                     _ => None,
                 };

@@ -45,6 +45,54 @@ fn save_load_gives_identical_actions() {
     }
 }
 
+/// A policy fine-tuned on the last K' < K steps runs its base network for the steps before them,
+/// as its rollouts did, and its checkpoint keeps the base.
+#[test]
+fn a_fine_tuned_policy_keeps_the_network_that_ran_its_early_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Default::default();
+    let base = Policy::<B>::new(tiny_config(4), spec(), norm(), 1, &device).unwrap();
+    let tuned = Policy::<B>::new(tiny_config(4), spec(), norm(), 2, &device)
+        .unwrap()
+        .with_fine_tuned_steps(2)
+        .unwrap();
+    assert!(tuned.splits_chain() && !base.splits_chain());
+    let with_frozen = |p: &Policy<B>| {
+        p.act(
+            Some(&base.model),
+            &obs(3),
+            SampleMode::Stochastic,
+            false,
+            &mut rng(5),
+            &device,
+        )
+        .unwrap()
+        .actions
+    };
+    let deployed = tuned.clone().with_base(base.model.clone());
+    // Without a frozen copy handed in, the base runs the early steps: the rollouts' chain.
+    assert_eq!(actions(&deployed, 5), with_frozen(&tuned));
+    assert_ne!(
+        actions(&tuned, 5),
+        with_frozen(&tuned),
+        "the base changed nothing"
+    );
+    let path = dir.path().join("tuned");
+    checkpoint::save(&deployed, &path, serde_json::Value::Null).unwrap();
+    assert!(path.join(checkpoint::BASE_FILE).exists());
+    let (loaded, _) = checkpoint::load::<B>(&path, &device).unwrap();
+    assert!(loaded.base().is_some());
+    assert_eq!(actions(&loaded, 5), actions(&deployed, 5));
+    // A checkpoint without a base (behaviour cloning) writes no base file.
+    checkpoint::save(&base, &dir.path().join("bc"), serde_json::Value::Null).unwrap();
+    assert!(!dir.path().join("bc").join(checkpoint::BASE_FILE).exists());
+    // A truncated base file is an error that names it.
+    let b = std::fs::read(path.join(checkpoint::BASE_FILE)).unwrap();
+    std::fs::write(path.join(checkpoint::BASE_FILE), &b[..b.len() / 2]).unwrap();
+    let e = checkpoint::load::<B>(&path, &device).unwrap_err();
+    assert!(e.to_string().contains(checkpoint::BASE_FILE), "{e}");
+}
+
 #[test]
 fn broken_checkpoints_are_named_errors() {
     let dir = tempfile::tempdir().unwrap();
