@@ -126,6 +126,49 @@ fn tick(v: &f64) -> String {
     }
 }
 
+/// The corner of the plot whose legend box would cover the least data: points and the lines
+/// between them (sampled) counted in a box of 40% x 35% of the axes at each corner; ties go
+/// to the first of lower right, upper right, upper left, lower left.
+fn legend_corner(series: &[Series], x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosition {
+    let (w, h) = ((x.1 - x.0).max(1e-12), (y.1 - y.0).max(1e-12));
+    // Every point and 8 samples along every segment, in axes fractions.
+    let mut samples = Vec::new();
+    for s in series {
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|(a, b)| a.is_finite() && b.is_finite())
+            .map(|&(a, b)| ((a - x.0) / w, (b - y.0) / h))
+            .collect();
+        samples.extend(pts.iter().copied());
+        for pair in pts.windows(2) {
+            let ((a0, b0), (a1, b1)) = (pair[0], pair[1]);
+            samples.extend((1..8).map(|i| {
+                let f = f64::from(i) / 8.0;
+                (a0 + f * (a1 - a0), b0 + f * (b1 - b0))
+            }));
+        }
+    }
+    let covered = |right: bool, upper: bool| {
+        samples
+            .iter()
+            .filter(|&&(a, b)| {
+                (if right { a >= 0.6 } else { a <= 0.4 })
+                    && (if upper { b >= 0.65 } else { b <= 0.35 })
+            })
+            .count()
+    };
+    [
+        (SeriesLabelPosition::LowerRight, covered(true, false)),
+        (SeriesLabelPosition::UpperRight, covered(true, true)),
+        (SeriesLabelPosition::UpperLeft, covered(false, true)),
+        (SeriesLabelPosition::LowerLeft, covered(false, false)),
+    ]
+    .into_iter()
+    .min_by_key(|&(_, n)| n)
+    .map_or(SeriesLabelPosition::LowerRight, |(pos, _)| pos)
+}
+
 fn draw(rgb: &mut [u8], width: u32, panels: &[Panel]) -> Result<(), Box<dyn std::error::Error>> {
     let root = BitMapBackend::with_buffer(rgb, (width, HEIGHT)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -176,7 +219,7 @@ fn draw(rgb: &mut [u8], width: u32, panels: &[Panel]) -> Result<(), Box<dyn std:
                 .label_font(("sans-serif", 13))
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK.mix(0.4))
-                .position(SeriesLabelPosition::LowerRight)
+                .position(legend_corner(&p.series, (x0, x1), (y0, y1)))
                 .draw()?;
         }
     }
@@ -187,6 +230,30 @@ fn draw(rgb: &mut [u8], width: u32, panels: &[Panel]) -> Result<(), Box<dyn std:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_legend_goes_where_the_data_is_not() {
+        use SeriesLabelPosition::{LowerRight, UpperRight};
+        let s = |points: Vec<(f64, f64)>| Series {
+            label: "s".into(),
+            points,
+        };
+        let at = |series: Series| legend_corner(&[series], (0.0, 10.0), (0.0, 1.0));
+        // A loss falling from the upper left to the lower right: the upper right is free.
+        let falling = s((0..=10)
+            .map(|i| (f64::from(i), 1.0 - 0.1 * f64::from(i)))
+            .collect());
+        assert!(matches!(at(falling), UpperRight));
+        // A success curve rising from the lower left to the upper right: the lower right is free.
+        let rising = s((0..=10)
+            .map(|i| (f64::from(i), 0.1 * f64::from(i)))
+            .collect());
+        assert!(matches!(at(rising), LowerRight));
+        // Three points whose lines cross the lower right and the upper right: the lines count,
+        // not only the points, so a left corner is chosen.
+        let across = s(vec![(5.0, 0.0), (10.0, 0.1), (5.0, 1.0)]);
+        assert!(!matches!(at(across), LowerRight | UpperRight));
+    }
 
     #[test]
     fn writes_a_png_of_the_right_size_with_ink_on_it() {
