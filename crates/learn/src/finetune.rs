@@ -134,8 +134,8 @@ impl Default for GrpoConfig {
             max_resample_rounds: 2,
             max_nan_updates: 3,
             checkpoint_every: 1,
-            eval_every: 0,
-            eval_episodes: 50,
+            eval_every: 5,
+            eval_episodes: 100,
             ppo: PpoConfig::default(),
             implicit_prm: None,
         }

@@ -50,6 +50,37 @@ fn data_line(cfg: &RunConfig, r: &Results) -> String {
     }
 }
 
+/// One line on GRPO's periodic evaluations (`[grpo] eval_every`), from the BC policy through
+/// each evaluated iteration to the final policy; None when there were none.
+fn grpo_evals_line(root: &Path, r: &Results) -> Option<String> {
+    let lines = metrics_lines(&root.join("grpo/metrics.jsonl"));
+    let mut evals = std::collections::BTreeMap::new();
+    for l in &lines {
+        let e = &l["eval"];
+        if let (Some(it), Some(s), Some(n)) = (
+            e["iteration"].as_u64(),
+            e["success_rate"].as_f64(),
+            e["episodes"].as_u64(),
+        ) {
+            evals.insert(it, (s, n));
+        }
+    }
+    let n = evals.values().next()?.1;
+    let steps: Vec<String> = evals
+        .iter()
+        .map(|(it, (s, _))| format!("{it}: {:.1}%", 100.0 * s))
+        .collect();
+    Some(format!(
+        "GRPO's success during training ({n} evaluation episodes each, deterministic chains): \
+         BC {:.1}% ({} episodes), iteration {}, final {:.1}% ({} episodes).\n\n",
+        100.0 * r.bc.success_rate,
+        r.bc.episodes,
+        steps.join(", iteration "),
+        100.0 * r.grpo.success_rate,
+        r.grpo.episodes
+    ))
+}
+
 /// The BC row's name: its steps, and its DAgger rounds when there were any.
 fn bc_name(r: &Results) -> String {
     match r.dagger.last() {
@@ -301,6 +332,9 @@ pub(super) fn finish(
         grpo = row(&format!("GRPO ({} iterations)", r.grpo_iterations), &r.grpo),
     );
     md.push_str(&format!("Training data: {}.\n\n", data_line(cfg, r)));
+    if let Some(line) = grpo_evals_line(root, r) {
+        md.push_str(&line);
+    }
     md.push_str(&format!(
         "GRPO - BC: success {:+.1} points ({}{}); mean max score {}.\n\n",
         pct(r.grpo.success_rate - r.bc.success_rate),
