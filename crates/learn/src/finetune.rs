@@ -116,7 +116,7 @@ impl Default for GrpoConfig {
             iterations: 30,
             groups: 8,
             group_size: 8,
-            ft_denoising_steps: 2,
+            ft_denoising_steps: 0,
             min_sampling_std: 0.03,
             min_logprob_std: 0.03,
             epochs: 4,
