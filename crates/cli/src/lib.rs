@@ -1,20 +1,19 @@
 //! The `diffrl` command-line tool. `main.rs` is a thin wrapper around [`run_cli`] so tests can
 //! drive every subcommand in-process.
 //!
-//! What lives where: this file parses the command line and dispatches. [`commands`] holds the
-//! subcommands that are only argument handling around shared machinery (`eval`, `pretrain`);
-//! the others still live in a module named after them ([`pipeline`] for `run`, [`demos`],
-//! [`dagger`], [`finetune`] for `grpo`/`ppo`, [`reward_cmd`], [`serve`], [`sim`], [`bench`],
-//! [`plots`] for `plot`, [`viz`] for `view`, [`robustness`] for `eval --randomize`). Shared
-//! machinery sits below them, one job per module: [`config`] (the run config), [`tasks`] (the
-//! one file naming concrete tasks, and the shipped dataset), [`device`] (`--device`), [`envs`]
-//! (the configured environment: policy spec, vectors of worlds, dataset folder), [`bc`]
-//! (behaviour cloning), [`evaluation`] (seeded evaluation and eval.json reports), [`progress`]
-//! (progress bars, metrics.jsonl) and [`viz`] (opening a recording). Statistics are
-//! `diffrl_core::stats`; the train_step offset between phases is
-//! `diffrl_core::record::TrainStepOffset`. Imports point down this list, never back: a
-//! subcommand module may use shared machinery and another subcommand's library functions, the
-//! shared modules import no subcommand.
+//! What lives where: this file parses the command line and dispatches. [`commands`] holds one
+//! module per subcommand (`eval`, `pretrain`, `demos`, `dagger`, `grpo`/`ppo` in `finetune`,
+//! `reward`, `serve`, `sim`, `bench`, `eval --randomize` in `robustness`); [`pipeline`] is
+//! `diffrl run` (stages, stage cache, report), [`plots`] holds `plot` and the PNG drawing the
+//! pipeline shares, [`viz`] holds `view` and opening a recording. Shared machinery sits below
+//! them, one job per module: [`config`] (the run config), [`tasks`] (the one file naming
+//! concrete tasks, and the shipped dataset), [`device`] (`--device`), [`envs`] (the configured
+//! environment: policy spec, vectors of worlds, dataset folder), [`bc`] (behaviour cloning),
+//! [`evaluation`] (seeded evaluation and eval.json reports) and [`progress`] (progress bars,
+//! metrics.jsonl). Statistics are `diffrl_core::stats`; the train_step offset between phases
+//! is `diffrl_core::record::TrainStepOffset`. Imports point down this list, never back: a
+//! command may use shared machinery and another command's library functions, the shared
+//! modules import no command.
 #![warn(missing_docs)]
 
 /// Runs `$body` with `$B` bound to the autodiff backend of `$dev` and `$device` to its device.
@@ -46,24 +45,18 @@ macro_rules! with_device {
 }
 
 pub mod bc;
-pub mod bench;
 pub mod commands;
 pub mod config;
-pub mod dagger;
-pub mod demos;
 pub mod device;
 pub mod envs;
 pub mod evaluation;
-pub mod finetune;
 pub mod pipeline;
 pub mod plots;
 pub mod progress;
-pub mod reward_cmd;
-pub mod robustness;
-pub mod serve;
-pub mod sim;
 pub mod tasks;
 pub mod viz;
+
+use commands::{bench, dagger, demos, finetune, reward, serve, sim};
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -159,7 +152,7 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Progress reward models: `train` on demonstrations, `eval` their metrics.
     #[command(subcommand)]
-    Reward(reward_cmd::RewardCommand),
+    Reward(reward::RewardCommand),
     /// Learning curves of fine-tuning runs against environment steps, one line per arm averaged
     /// over its runs (seeds): `diffrl plot --out curves.png grpo=runs/a,runs/b shaped=runs/c`.
     Plot(plots::PlotArgs),
@@ -259,7 +252,7 @@ where
             viz::ignored(rerun, "serve");
             serve::serve_cmd(&args, out)
         }
-        Command::Reward(cmd) => reward_cmd::run(&cmd, rerun, out),
+        Command::Reward(cmd) => reward::run(&cmd, rerun, out),
         Command::Grpo(args) => {
             finetune::finetune_cmd(&args, diffrl_learn::grpo::Algorithm::Grpo, rerun, out)
         }

@@ -81,11 +81,11 @@ pub fn eval_cmd(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     if let Some(sweep) = &args.randomize {
-        return crate::robustness::robustness_cmd(args, sweep, rerun, out);
+        return crate::commands::robustness::robustness_cmd(args, sweep, rerun, out);
     }
     if let Some(url) = &args.remote {
         crate::viz::ignored(rerun, "eval --remote");
-        return crate::serve::remote_eval_cmd(args, url, out);
+        return crate::commands::serve::remote_eval_cmd(args, url, out);
     }
     let (mut cfg, _) = config::load(args.config.as_deref())?;
     if let Some(d) = args.action_delay {

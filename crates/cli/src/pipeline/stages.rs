@@ -21,11 +21,12 @@ use serde_json::{Value, json};
 
 use super::cache::{Stage, StageState, reward_model_hashes};
 use super::{STAGES, VS_POLICY_EPISODES};
+use crate::bc;
+use crate::commands::{dagger, demos, finetune, reward};
 use crate::config::RunConfig;
 use crate::envs::{check_spec, env_spec};
 use crate::evaluation::{print_report, run_eval, write_report};
 use crate::tasks::SHIPPED_DATASET;
-use crate::{bc, dagger, demos, finetune, reward_cmd};
 
 /// What the stages produced.
 pub(super) struct Results {
@@ -258,7 +259,7 @@ fn reward_stage<B: AutodiffBackend>(
             let t0 = Instant::now();
             let model = stage.dir.join("progress");
             let metrics =
-                reward_cmd::train_progress(cfg, Some(dataset), &model, false, cx.rec, cx.out)?;
+                reward::train_progress(cfg, Some(dataset), &model, false, cx.rec, cx.out)?;
             cx.rec.text(
                 diffrl_viz::paths::RUN_LOG,
                 Level::Info,
@@ -271,7 +272,7 @@ fn reward_stage<B: AutodiffBackend>(
                 ),
             );
             // What shaping meets in fine-tuning: the BC policy's own failures.
-            let (vs_policy, _, rollouts) = reward_cmd::score_model(
+            let (vs_policy, _, rollouts) = reward::score_model(
                 cfg,
                 &model,
                 Some(dataset),
@@ -281,7 +282,7 @@ fn reward_stage<B: AutodiffBackend>(
                     diffrl_core::seeding::derive(cfg.run.seed, 0x5C0E),
                 )),
             )?;
-            reward_cmd::print_metrics(
+            reward::print_metrics(
                 cx.out,
                 &format!("held-out demos + {rollouts} rollouts of the BC policy"),
                 &vs_policy,

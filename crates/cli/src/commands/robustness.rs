@@ -658,7 +658,7 @@ mod tests {
 
     #[test]
     fn shipped_default_grid_parses_and_expands() {
-        let text = include_str!("../../../configs/pusht_randomize.toml");
+        let text = include_str!("../../../../configs/pusht_randomize.toml");
         let state = observing(&nominal(""), "state");
         let settings = expand(text, &state).unwrap();
         assert_eq!(settings[0].name, "nominal");

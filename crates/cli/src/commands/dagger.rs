@@ -310,8 +310,8 @@ fn relabel_and_aggregate<B: Backend>(
     provenance["dagger"] = serde_json::to_value(&summary)?;
     provenance["base_episodes"] = base_episodes.into();
     provenance["expert"] = serde_json::to_value(&cfg.expert)?;
-    let data_summary = crate::demos::summarize(&all, summary.seconds);
-    let written = crate::demos::write(
+    let data_summary = crate::commands::demos::summarize(&all, summary.seconds);
+    let written = crate::commands::demos::write(
         cfg.env.task(),
         dir,
         &all,

@@ -11,7 +11,7 @@ use diffrl_core::record::{Recorder, StepSeries, Timeline};
 use diffrl_core::task::TaskEnv;
 use serde_json::json;
 
-use crate::demos::{Dart, run_expert_from_current};
+use crate::commands::demos::{Dart, run_expert_from_current};
 
 /// Arguments of `diffrl sim TASK`.
 #[derive(Debug, Args)]

@@ -75,14 +75,14 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             .policy
             .as_deref()
             .context("`diffrl bench serve` needs --policy DIR (the checkpoint to serve)")?;
-        let load = crate::serve::LoadArgs {
+        let load = crate::commands::serve::LoadArgs {
             policy,
             clients: args.clients,
             requests: args.requests,
             repeats: args.repeats.max(100),
             seed: args.seed,
         };
-        return crate::serve::bench_serve(&load, out);
+        return crate::commands::serve::bench_serve(&load, out);
     }
     let task = crate::tasks::get(&args.task).map_err(|_| {
         anyhow::anyhow!(

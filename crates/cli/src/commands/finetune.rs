@@ -199,7 +199,7 @@ pub fn finetune<B: AutodiffBackend>(
     let trainable = Policy::<B>::trainable(&reference);
     let n_env = g.groups * g.group_size;
     let mut venv = vec_env(cfg, n_env);
-    let reward = crate::reward_cmd::reward_module(cfg)?;
+    let reward = crate::commands::reward::reward_module(cfg)?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     writeln!(
         out,
