@@ -7,17 +7,17 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use diffrl_core::lerobot::read_dataset;
-use diffrl_core::record::{Recorder, Timeline, Topic};
+use diffrl_core::record::{Recorder, Topic};
 use diffrl_learn::LearnError;
 use diffrl_learn::bc::{self, BcHooks, BcLog};
 use diffrl_learn::data::{ChunkDataset, fit_normalizers};
 use diffrl_learn::eval::EvalReport;
-use diffrl_policy::{Policy, PolicySpec, SampleMode, checkpoint};
+use diffrl_policy::{Policy, PolicySpec, checkpoint};
 use indicatif::ProgressBar;
 
 use crate::config::RunConfig;
 use crate::envs::{check_spec, env_spec, observe_recorded};
-use crate::evaluation::{periodic_eval, policy_device, print_report, run_eval, write_report};
+use crate::evaluation::{final_eval, periodic_eval};
 use crate::progress::{append_metrics, bar};
 
 /// Training hooks: the progress bar, metrics.jsonl, the recording and periodic evaluations.
@@ -180,20 +180,13 @@ pub fn pretrain<B: AutodiffBackend>(
         t0.elapsed().as_secs_f64(),
         out_dir.join("policy").display()
     )?;
-    if eval_episodes == 0 {
-        return Ok(None);
-    }
-    rec.set_time(Timeline::TrainStep, outcome.steps as i64);
-    let r = run_eval(
+    final_eval(
         cfg,
         &outcome.policy,
-        &policy_device(&outcome.policy),
+        outcome.steps,
         eval_episodes,
-        cfg.eval.seed,
-        SampleMode::Deterministic,
+        out_dir,
+        out,
         rec,
-    )?;
-    write_report(out_dir.join("eval.json").as_path(), &r)?;
-    print_report(out, &r)?;
-    Ok(Some(r))
+    )
 }

@@ -124,6 +124,36 @@ pub(crate) fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
     policy.model.devices().pop().unwrap_or_default()
 }
 
+/// The evaluation at the end of a training command: `episodes` seeded episodes of `policy`
+/// (deterministic chains) at `step` on the recording's train_step timeline, written to
+/// `out_dir/eval.json` and printed; None when `episodes` is 0.
+pub(crate) fn final_eval<B: Backend>(
+    cfg: &RunConfig,
+    policy: &Policy<B>,
+    step: usize,
+    episodes: usize,
+    out_dir: &Path,
+    out: &mut dyn Write,
+    rec: &dyn Recorder,
+) -> anyhow::Result<Option<EvalReport>> {
+    if episodes == 0 {
+        return Ok(None);
+    }
+    rec.set_time(Timeline::TrainStep, step as i64);
+    let r = run_eval(
+        cfg,
+        policy,
+        &policy_device(policy),
+        episodes,
+        cfg.eval.seed,
+        SampleMode::Deterministic,
+        rec,
+    )?;
+    write_report(&out_dir.join("eval.json"), &r)?;
+    print_report(out, &r)?;
+    Ok(Some(r))
+}
+
 /// Writes an eval.json (atomically).
 pub(crate) fn write_report(path: &Path, r: &EvalReport) -> anyhow::Result<()> {
     let json = serde_json::to_vec_pretty(r)?;

@@ -13,13 +13,13 @@ use diffrl_learn::LearnError;
 use diffrl_learn::advantages::Estimator;
 use diffrl_learn::eval::EvalReport;
 use diffrl_learn::grpo::{self, Algorithm, GrpoHooks, GrpoLog};
-use diffrl_policy::{Policy, SampleMode, checkpoint};
+use diffrl_policy::{Policy, checkpoint};
 use indicatif::ProgressBar;
 
 use crate::config::{self, RunConfig};
 use crate::device::DeviceArg;
 use crate::envs::{check_spec, env_spec, vec_env};
-use crate::evaluation::{periodic_eval, policy_device, print_report, run_eval, write_report};
+use crate::evaluation::{final_eval, periodic_eval};
 use crate::progress::{append_metrics, bar};
 use crate::viz::Recording;
 
@@ -271,22 +271,15 @@ pub fn finetune<B: AutodiffBackend>(
             out_dir.join("policy").display()
         )?;
     }
-    if eval_episodes == 0 {
-        return Ok(None);
-    }
-    rec.set_time(Timeline::TrainStep, outcome.iterations as i64);
-    let r = run_eval(
+    final_eval(
         cfg,
         &outcome.policy,
-        &policy_device(&outcome.policy),
+        outcome.iterations,
         eval_episodes,
-        cfg.eval.seed,
-        SampleMode::Deterministic,
+        out_dir,
+        out,
         rec,
-    )?;
-    write_report(out_dir.join("eval.json").as_path(), &r)?;
-    print_report(out, &r)?;
-    Ok(Some(r))
+    )
 }
 
 /// `diffrl grpo` / `diffrl ppo`.
