@@ -217,6 +217,51 @@ pub fn merge_tables(base: &mut toml::Table, patch: &toml::Table) {
     }
 }
 
+/// What [`EnvSection`] and [`ExpertSection`] share: the task, the resolved table (every key,
+/// defaults filled in), the typed settings; serialised as the table, equal when task and table
+/// are.
+macro_rules! section_common {
+    ($name:ident) => {
+        impl $name {
+            /// The task whose table this is.
+            pub fn task(&self) -> &'static dyn DynTask {
+                self.task
+            }
+
+            /// The resolved settings (every key, defaults filled in).
+            pub fn table(&self) -> &toml::Table {
+                &self.table
+            }
+
+            /// The typed settings, if they are a `C`.
+            pub fn get<C: 'static>(&self) -> Option<&C> {
+                self.config.downcast_ref()
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                self.table.serialize(s)
+            }
+        }
+
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                self.task.name() == other.task.name() && self.table == other.table
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("task", &self.task.name())
+                    .field("table", &self.table)
+                    .finish()
+            }
+        }
+    };
+}
+
 /// A config's `[env]` table, parsed by its task.
 #[derive(Clone)]
 pub struct EnvSection {
@@ -226,21 +271,6 @@ pub struct EnvSection {
 }
 
 impl EnvSection {
-    /// The task whose table this is.
-    pub fn task(&self) -> &'static dyn DynTask {
-        self.task
-    }
-
-    /// The resolved settings (every key, defaults filled in).
-    pub fn table(&self) -> &toml::Table {
-        &self.table
-    }
-
-    /// The typed settings, if they are a `C`.
-    pub fn get<C: 'static>(&self) -> Option<&C> {
-        self.config.downcast_ref()
-    }
-
     /// A fresh environment.
     pub fn build(&self) -> DynEnv {
         self.task.build_env(self)
@@ -309,26 +339,7 @@ impl EnvSection {
     }
 }
 
-impl Serialize for EnvSection {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.table.serialize(s)
-    }
-}
-
-impl PartialEq for EnvSection {
-    fn eq(&self, other: &Self) -> bool {
-        self.task.name() == other.task.name() && self.table == other.table
-    }
-}
-
-impl fmt::Debug for EnvSection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EnvSection")
-            .field("task", &self.task.name())
-            .field("table", &self.table)
-            .finish()
-    }
-}
+section_common!(EnvSection);
 
 /// A config's `[expert]` table, parsed by its task.
 #[derive(Clone)]
@@ -339,21 +350,6 @@ pub struct ExpertSection {
 }
 
 impl ExpertSection {
-    /// The task whose table this is.
-    pub fn task(&self) -> &'static dyn DynTask {
-        self.task
-    }
-
-    /// The resolved settings.
-    pub fn table(&self) -> &toml::Table {
-        &self.table
-    }
-
-    /// The typed settings, if they are a `C`.
-    pub fn get<C: 'static>(&self) -> Option<&C> {
-        self.config.downcast_ref()
-    }
-
     /// The expert, seeded with `seed`; None when the task has none.
     pub fn build(&self, seed: u64) -> Option<DynExpert> {
         self.task.build_expert(self, seed)
@@ -372,26 +368,7 @@ impl ExpertSection {
     }
 }
 
-impl Serialize for ExpertSection {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.table.serialize(s)
-    }
-}
-
-impl PartialEq for ExpertSection {
-    fn eq(&self, other: &Self) -> bool {
-        self.task.name() == other.task.name() && self.table == other.table
-    }
-}
-
-impl fmt::Debug for ExpertSection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ExpertSection")
-            .field("task", &self.task.name())
-            .field("table", &self.table)
-            .finish()
-    }
-}
+section_common!(ExpertSection);
 
 /// Tasks by name.
 #[derive(Default)]
