@@ -3,13 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use burn::tensor::backend::Backend;
 use diffrl_core::Episode;
 use diffrl_core::dyn_env::DynEnv;
 use diffrl_core::dyn_task::EnvSection;
 use diffrl_core::env::Env;
 use diffrl_core::vec_env::{AutoReset, VecEnv};
-use diffrl_policy::PolicySpec;
+use diffrl_policy::{Policy, PolicySpec, checkpoint};
 
 use crate::config::RunConfig;
 
@@ -72,4 +73,21 @@ pub fn dataset_dir(cfg: &RunConfig, arg: Option<&Path>) -> PathBuf {
         None if !cfg.demos.dataset.as_os_str().is_empty() => cfg.demos.dataset.clone(),
         None => cfg.run.runs_dir.join(&cfg.run.name).join("demos"),
     }
+}
+
+/// Loads the policy checkpoint `dir` onto `device` and checks that it fits the configured
+/// environment; errors name the folder.
+pub(crate) fn load_policy<B: Backend>(
+    cfg: &RunConfig,
+    dir: &Path,
+    device: &B::Device,
+) -> anyhow::Result<Policy<B>> {
+    let (policy, _) = checkpoint::load::<B>(dir, device)
+        .with_context(|| format!("loading the policy {}", dir.display()))?;
+    check_spec(
+        &policy.spec,
+        &env_spec(cfg)?,
+        &format!("the policy {}", dir.display()),
+    )?;
+    Ok(policy)
 }

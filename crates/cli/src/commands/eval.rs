@@ -4,15 +4,14 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Args;
 use diffrl_core::record::Timeline;
-use diffrl_policy::{SampleMode, checkpoint};
+use diffrl_policy::SampleMode;
 
 use crate::config;
 use crate::device::DeviceArg;
-use crate::envs::{check_spec, env_spec};
+use crate::envs::load_policy;
 use crate::evaluation::{print_report, run_eval, write_report};
 use crate::viz::Recording;
 
@@ -107,14 +106,8 @@ pub fn eval_cmd(
         out,
     )?;
     let report = with_device!(args.device, |device, B| {
-        let (policy, _) =
-            checkpoint::load::<<B as AutodiffBackend>::InnerBackend>(args.policy_dir(), &device)
-                .with_context(|| format!("loading the policy {}", args.policy_dir().display()))?;
-        check_spec(
-            &policy.spec,
-            &env_spec(&cfg)?,
-            &format!("the policy {}", args.policy_dir().display()),
-        )?;
+        let policy =
+            load_policy::<<B as AutodiffBackend>::InnerBackend>(&cfg, args.policy_dir(), &device)?;
         run_eval(
             &cfg,
             &policy,

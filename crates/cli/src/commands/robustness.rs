@@ -23,13 +23,13 @@ use diffrl_core::fs::write_atomic;
 use diffrl_core::record::{Level, Recorder};
 use diffrl_learn::LearnError;
 use diffrl_learn::eval::{EvalReport, evaluate};
-use diffrl_policy::{Policy, SampleMode, checkpoint};
+use diffrl_policy::{Policy, SampleMode};
 use diffrl_viz::paths;
 use serde::{Deserialize, Serialize};
 
 use crate::commands::eval::EvalArgs;
 use crate::config::{self, RunConfig};
-use crate::envs::{check_spec, env_spec, vec_env};
+use crate::envs::{load_policy, vec_env};
 use crate::progress::bar;
 
 /// The machine-readable table, written next to the policy's evaluation.
@@ -530,14 +530,8 @@ pub fn robustness_cmd(
     )?;
     let t0 = Instant::now();
     let reports = with_device!(args.device, |device, B| {
-        let (policy, _) =
-            checkpoint::load::<<B as AutodiffBackend>::InnerBackend>(args.policy_dir(), &device)
-                .with_context(|| format!("loading the policy {}", args.policy_dir().display()))?;
-        check_spec(
-            &policy.spec,
-            &env_spec(&cfg)?,
-            &format!("the policy {}", args.policy_dir().display()),
-        )?;
+        let policy =
+            load_policy::<<B as AutodiffBackend>::InnerBackend>(&cfg, args.policy_dir(), &device)?;
         run_settings(&cfg, &policy, &device, &settings, episodes, seed, mode)
             .map_err(anyhow::Error::from)
     })?;

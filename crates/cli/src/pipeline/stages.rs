@@ -15,7 +15,7 @@ use diffrl_core::record::{Level, Recorder, Timeline, TrainStepOffset};
 use diffrl_core::run_dir::RunDir;
 use diffrl_learn::eval::EvalReport;
 use diffrl_learn::grpo::Algorithm;
-use diffrl_policy::{SampleMode, checkpoint};
+use diffrl_policy::SampleMode;
 use diffrl_reward::metrics::RewardMetrics;
 use serde_json::{Value, json};
 
@@ -24,7 +24,7 @@ use super::{STAGES, VS_POLICY_EPISODES};
 use crate::bc;
 use crate::commands::{dagger, demos, finetune, reward};
 use crate::config::RunConfig;
-use crate::envs::{check_spec, env_spec};
+use crate::envs::load_policy;
 use crate::evaluation::{print_report, run_eval, write_report};
 use crate::tasks::SHIPPED_DATASET;
 
@@ -397,13 +397,7 @@ fn eval_stage<B: AutodiffBackend>(
             "{h}: {what} policy on {} episodes",
             cfg.eval.episodes
         )?;
-        let (policy, _) = checkpoint::load::<B::InnerBackend>(dir, cx.device)
-            .with_context(|| format!("loading {}", dir.display()))?;
-        check_spec(
-            &policy.spec,
-            &env_spec(cfg)?,
-            &format!("the policy {}", dir.display()),
-        )?;
+        let policy = load_policy::<B::InnerBackend>(cfg, dir, cx.device)?;
         cx.rec.set_time(Timeline::TrainStep, step);
         cx.rec.text(
             diffrl_viz::paths::RUN_LOG,
