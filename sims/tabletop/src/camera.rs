@@ -1,0 +1,1 @@
+//! RGB and depth images of a scene's bodies, rendered on the CPU.
