@@ -184,6 +184,55 @@ pub struct Scene {
     /// Whether the first two components of an action are a point in the 2-D frame (Push-T:
     /// the agent's target), so action chunks can be drawn over the scene.
     pub actions_are_points: bool,
+    /// The point of a 3-D scene whose path the viewer traces through an episode (an arm's end
+    /// effector), in the world frame.
+    pub tool: Option<[f32; 3]>,
+    /// How actions draw in the 3-D world (None: they do not).
+    pub actions_3d: Option<ActionPoints3d>,
+}
+
+/// How the actions of a 3-D task map to points of its world, so action chunks and denoising
+/// chains can be drawn over the scene: the first three components of an action, scaled per
+/// axis by `scale`, are either a displacement of the tool (`cumulative`: a chunk is a path from
+/// `origin`, each action moving on from where the last one ended; end-effector delta control)
+/// or a position `origin + scale * a` (absolute targets).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ActionPoints3d {
+    /// Where a chunk starts (displacements) or the offset of positions.
+    pub origin: [f32; 3],
+    /// Metres per unit of each of the first three action components.
+    pub scale: [f32; 3],
+    /// Whether actions are displacements that add up along a chunk.
+    pub cumulative: bool,
+}
+
+impl ActionPoints3d {
+    /// The points of the actions in `actions` (rows of `action_dim` >= 3 values); for
+    /// displacements the path starts at `origin`, so it has one point more than there are
+    /// actions. Empty when actions have fewer than three components.
+    pub fn points(&self, actions: &[f32], action_dim: usize) -> Vec<[f32; 3]> {
+        if action_dim < 3 {
+            return Vec::new();
+        }
+        let step = |a: &[f32]| [0, 1, 2].map(|i| self.scale[i] * a[i]);
+        let rows = actions.chunks_exact(action_dim);
+        if !self.cumulative {
+            return rows
+                .map(|a| {
+                    let d = step(a);
+                    [0, 1, 2].map(|i| self.origin[i] + d[i])
+                })
+                .collect();
+        }
+        let mut at = self.origin;
+        let mut path = vec![at];
+        for a in rows {
+            let d = step(a);
+            at = [0, 1, 2].map(|i| at[i] + d[i]);
+            path.push(at);
+        }
+        path
+    }
 }
 
 /// The name of [`Scene`] from when scenes were 2-D only; the same type.
@@ -277,5 +326,29 @@ mod tests {
             [200, 0, 0, 255],
         );
         assert!(solid.is_3d() && solid.items.is_empty());
+    }
+
+    #[test]
+    fn displacement_chunks_add_up_and_positions_do_not() {
+        let chunk = [1.0, 0.0, 0.0, 9.0, 0.0, 2.0, 0.0, 9.0];
+        let mut a = ActionPoints3d {
+            origin: [0.5, 0.0, 0.1],
+            scale: [0.1, 0.1, 0.05],
+            cumulative: true,
+        };
+        let path = a.points(&chunk, 4);
+        let want = [[0.5, 0.0, 0.1], [0.6, 0.0, 0.1], [0.6, 0.2, 0.1]];
+        assert_eq!(path.len(), 3);
+        for (p, w) in path.iter().zip(want) {
+            assert!(
+                p.iter().zip(w).all(|(a, b)| (a - b).abs() < 1e-6),
+                "{path:?}"
+            );
+        }
+        a.cumulative = false;
+        let points = a.points(&chunk, 4);
+        assert_eq!(points.len(), 2);
+        assert!((points[1][1] - 0.2).abs() < 1e-6 && (points[1][0] - 0.5).abs() < 1e-6);
+        assert!(a.points(&chunk[..4], 2).is_empty());
     }
 }

@@ -10,12 +10,19 @@
 //! |  x_K..x_0 by k     |                                               |
 //! +--------------------+-----------------------------------------------+
 //! ```
+//!
+//! A 3-D task gets the [`Layout::Solid`] variant: the left column's scene tab is a 3-D view of
+//! `scene3d/` (bodies, the end effector's path, the action chunk), beside tabs for the policy's
+//! pixels and the named cameras; the chain view shows each denoising chain as 3-D paths of the
+//! end effector over the path it is drawn from. The recorder sends it when the first 3-D scene
+//! arrives.
 
 use diffrl_core::record::{Timeline, Topic};
 use rerun::blueprint::components::PanelState;
 use rerun::blueprint::{
     BarChartView, Blueprint, BlueprintPanel, ContainerLike, Grid, Horizontal, SelectionPanel,
-    Spatial2DView, Tabs, TextDocumentView, TextLogView, TimePanel, TimeSeriesView, Vertical,
+    Spatial2DView, Spatial3DView, Tabs, TextDocumentView, TextLogView, TimePanel, TimeSeriesView,
+    Vertical,
 };
 
 use crate::paths;
@@ -24,20 +31,49 @@ fn root(p: &str) -> String {
     format!("/{p}")
 }
 
+/// What the scene view shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A 2-D top view (`scene/`), actions and chains as 2-D points.
+    Flat,
+    /// A 3-D world (`scene3d/`), actions and chains as 3-D paths.
+    Solid,
+}
+
 /// The layout described in the module docs, its time panel on `timeline` (training commands
 /// open on `train_step`, where the loss curves are; evaluations on `env_step`). Plots of the
 /// other timeline stay empty until it is selected in the time panel.
-pub fn default_blueprint(timeline: Timeline) -> Blueprint {
-    let scene = Tabs::new([
-        ContainerLike::from(Spatial2DView::new("scene").with_origin(root(paths::SCENE))),
-        Spatial2DView::new("pixels")
-            .with_origin(root(paths::PIXELS))
-            .into(),
-    ]);
-    let chain = Spatial2DView::new("denoising chain (x_K blue .. x_0 red)")
-        .with_origin(root(paths::CHAIN))
-        .with_contents([format!("/{}/**", paths::CHAIN_X)]);
-    let left = Vertical::new([scene.into(), chain.into()]);
+pub fn default_blueprint(timeline: Timeline, layout: Layout) -> Blueprint {
+    let pixels = Spatial2DView::new("pixels").with_origin(root(paths::PIXELS));
+    let left = match layout {
+        Layout::Flat => {
+            let scene = Tabs::new([
+                ContainerLike::from(Spatial2DView::new("scene").with_origin(root(paths::SCENE))),
+                pixels.into(),
+            ]);
+            let chain = Spatial2DView::new("denoising chain (x_K blue .. x_0 red)")
+                .with_origin(root(paths::CHAIN))
+                .with_contents([format!("/{}/**", paths::CHAIN_X)]);
+            Vertical::new([scene.into(), chain.into()])
+        }
+        Layout::Solid => {
+            let scene = Tabs::new([
+                ContainerLike::from(Spatial3DView::new("scene").with_origin(root(paths::SCENE3D))),
+                pixels.into(),
+                Spatial2DView::new("cameras")
+                    .with_origin(root(paths::CAMERAS))
+                    .into(),
+            ]);
+            let chain = Spatial3DView::new("denoising chain (x_K blue .. x_0 red)")
+                .with_origin(root(paths::SCENE3D))
+                .with_contents([
+                    format!("/{}/**", paths::CHAIN3D),
+                    format!("/{}/**", paths::ACTIONS3D),
+                    root(paths::TOOL_PATH),
+                ]);
+            Vertical::new([scene.into(), chain.into()])
+        }
+    };
 
     let topics: Vec<ContainerLike> = Topic::ALL
         .iter()

@@ -5,7 +5,8 @@
 //!   scalars in columns, episode logs, documents, bar charts). Training code sees only the
 //!   trait; this crate is the only one that imports rerun.
 //! - [`RerunSink`]: the `--rerun off|spawn|save=PATH|connect=URL|serve=PORT` flag.
-//! - [`blueprint::default_blueprint`]: the layout every recording carries.
+//! - [`blueprint::default_blueprint`]: the layout every recording carries (2-D, or 3-D once a
+//!   3-D scene arrives).
 //! - [`paths`]: the entity paths (docs/viz.md).
 //! - [`read`]: decode an .rrd back (entities, rows, components, footer).
 //! - [`view`]: open a run's recording in a spawned viewer.

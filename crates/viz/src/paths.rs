@@ -14,6 +14,16 @@ pub const ACTIONS_EXECUTED: &str = "scene/actions/executed";
 pub const PIXELS: &str = "pixels";
 /// A 3-D scene's bodies (`scene3d/<body name>`, each with its transform).
 pub const SCENE3D: &str = "scene3d";
+/// The path of a 3-D scene's tool point (end effector) through the current episode.
+pub const TOOL_PATH: &str = "scene3d/tool_path";
+/// Root of the action chunk of the last policy call in a 3-D scene (`predicted`, `executed`).
+pub const ACTIONS3D: &str = "scene3d/actions";
+/// The predicted chunk as a 3-D path.
+pub const ACTIONS3D_PREDICTED: &str = "scene3d/actions/predicted";
+/// Its executed part.
+pub const ACTIONS3D_EXECUTED: &str = "scene3d/actions/executed";
+/// x_K..x_0 of the last policy call as 3-D paths coloured by k.
+pub const CHAIN3D: &str = "scene3d/chain";
 /// Further named camera images of a scene (`cameras/<name>`).
 pub const CAMERAS: &str = "cameras";
 /// Root of the denoising chain view.

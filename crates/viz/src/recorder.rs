@@ -6,9 +6,12 @@
 //! with `send_columns`, every 512 rows or 2 seconds and on [`Recorder::flush`]. Scene shapes that did not change since they were
 //! last logged (walls, goal) are not logged again.
 //!
-//! 3-D scenes are drawn minimally: each body is an entity under `scene3d/` with its transform
-//! and primitive (boxes, spheres, capsules, cylinders, line strips), and named camera images go
-//! to `cameras/<name>`; the default blueprint has no 3-D view yet (add one in the viewer).
+//! 3-D scenes: each body is an entity under `scene3d/` with its transform and primitive (boxes,
+//! spheres, capsules, cylinders, line strips), the scene's tool point (end effector) leaves a
+//! path through the episode (`scene3d/tool_path`, cleared when environment 0's episode ends), action chunks
+//! and denoising chains are drawn as 3-D paths where the scene says how actions map to points
+//! ([`ActionPoints3d`]), and named camera images go to `cameras/<name>`. The first 3-D scene
+//! switches the viewer to the blueprint's 3-D layout.
 //!
 //! A sink error never reaches the caller: the first one is printed as a warning, later ones
 //! are dropped. Dropping the recorder flushes it; the stream finalises the file (its footer)
@@ -20,14 +23,14 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use diffrl_core::record::{EpisodeEnd, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic};
-use diffrl_core::scene::{Body, Rgba, Scene, Shape2d, Shape3d};
+use diffrl_core::scene::{ActionPoints3d, Body, Rgba, Scene, Shape2d, Shape3d};
 use rerun::{
     BarChart, Boxes2D, Boxes3D, Capsules3D, Color, Cylinders3D, Ellipsoids3D, Image, LineStrips2D,
     LineStrips3D, MediaType, Points2D, Quaternion, RecordingStream, RecordingStreamBuilder,
     Scalars, TextDocument, TextLog, TextLogLevel, TimeColumn, Transform3D,
 };
 
-use crate::blueprint::default_blueprint;
+use crate::blueprint::{Layout, default_blueprint};
 use crate::guarded::GuardedGrpcSink;
 use crate::sink::RerunSink;
 use crate::{VizError, paths};
@@ -76,7 +79,16 @@ struct State {
     bounds: Option<[[f32; 2]; 2]>,
     /// Last logged 3-D body per name.
     bodies: HashMap<&'static str, Body>,
+    /// Whether the 3-D layout was sent.
+    solid: bool,
+    /// How the last scene's actions map to 3-D points.
+    actions_3d: Option<ActionPoints3d>,
+    /// The tool's path through the current episode.
+    tool_path: Vec<[f32; 3]>,
 }
+
+/// Longest tool path kept (older points drop off).
+const TOOL_PATH_MAX: usize = 2_000;
 
 /// What kind of sink the stream writes to (for warnings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +106,7 @@ pub struct RerunRecorder {
     description: String,
     warned: AtomicBool,
     finished: AtomicBool,
+    timeline: Timeline,
 }
 
 fn color(c: Rgba) -> Color {
@@ -133,7 +146,7 @@ impl RerunRecorder {
             RecordingStreamBuilder::new(APP_ID)
                 .recording_name(name)
                 .enabled(true)
-                .with_blueprint(default_blueprint(timeline))
+                .with_blueprint(default_blueprint(timeline, Layout::Flat))
         };
         let (rec, kind) = match sink {
             RerunSink::Off => return Ok(None),
@@ -186,17 +199,18 @@ impl RerunRecorder {
                 (rec, SinkKind::Network)
             }
         };
-        Ok(Some(Self::wrap(rec, kind, sink.to_string())))
+        Ok(Some(Self::wrap(rec, kind, sink.to_string(), timeline)))
     }
 
     /// A recorder into memory, for tests: the stream's messages are read back from the storage.
     pub fn memory() -> Result<(Self, rerun::sink::MemorySinkStorage), VizError> {
         let (rec, storage) = RecordingStreamBuilder::new(APP_ID)
             .enabled(true)
-            .with_blueprint(default_blueprint(Timeline::EnvStep))
+            .with_blueprint(default_blueprint(Timeline::EnvStep, Layout::Flat))
             .memory()
             .map_err(|e| VizError::Rerun(e.to_string()))?;
-        Ok((Self::wrap(rec, SinkKind::Memory, "memory".into()), storage))
+        let me = Self::wrap(rec, SinkKind::Memory, "memory".into(), Timeline::EnvStep);
+        Ok((me, storage))
     }
 
     fn guarded(builder: RecordingStreamBuilder, url: &str) -> Result<RecordingStream, VizError> {
@@ -210,7 +224,7 @@ impl RerunRecorder {
         Ok(rec)
     }
 
-    fn wrap(rec: RecordingStream, kind: SinkKind, description: String) -> Self {
+    fn wrap(rec: RecordingStream, kind: SinkKind, description: String, timeline: Timeline) -> Self {
         // log_time stays (wall clock of live runs); log_tick would only add a column per row.
         rec.set_log_tick_enabled(false);
         Self {
@@ -228,11 +242,15 @@ impl RerunRecorder {
                 shapes: HashMap::new(),
                 bounds: None,
                 bodies: HashMap::new(),
+                solid: false,
+                actions_3d: None,
+                tool_path: Vec::new(),
             }),
             kind,
             description,
             warned: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            timeline,
         }
     }
 
@@ -432,6 +450,82 @@ impl RerunRecorder {
 
     /// A result (document, chart): at the current `train_step` during training, else static so
     /// it shows on every timeline.
+    /// Chain log-probs of `call` on the `denoise_step` timeline (both layouts).
+    fn chain_logp(&self, st: &mut State, call: &PolicyCall<'_>) {
+        if call.logp.is_empty() {
+            return;
+        }
+        let n = call.logp.len();
+        // logp[i] is log pi(x_{K-i-1} | x_{K-i}): it sits at denoise_step k = K - i.
+        let mut times = vec![(
+            Timeline::DenoiseStep.name(),
+            (0..n).map(|i| (n - i) as i64).collect(),
+        )];
+        for (tl, v) in [
+            (Timeline::EnvStep, st.env_step),
+            (Timeline::TrainStep, st.train_step),
+        ] {
+            if let Some(v) = v {
+                times.push((tl.name(), vec![v; n]));
+            }
+        }
+        let values: Vec<f64> = call.logp.iter().map(|&v| f64::from(v)).collect();
+        self.push_rows(st, paths::CHAIN_LOGP, times, &values);
+    }
+
+    /// The action chunk and denoising chain of `call` as 3-D paths over a 3-D scene.
+    fn policy_call_3d(&self, a3: &ActionPoints3d, call: &PolicyCall<'_>) {
+        let da = call.action_dim;
+        let predicted = a3.points(call.predicted, da);
+        if predicted.is_empty() {
+            return;
+        }
+        // A displacement path has its start point first.
+        let start = usize::from(a3.cumulative);
+        let executed: Vec<[f32; 3]> = predicted
+            .iter()
+            .take(call.executed + start)
+            .copied()
+            .collect();
+        for (path, strip, rgb, radius) in [
+            (
+                paths::ACTIONS3D_PREDICTED,
+                predicted,
+                (255, 165, 0),
+                0.002f32,
+            ),
+            (paths::ACTIONS3D_EXECUTED, executed, (220, 20, 60), 0.004),
+        ] {
+            let r = self.rec.log(
+                path,
+                &LineStrips3D::new([strip])
+                    .with_colors([Color::from_unmultiplied_rgba(rgb.0, rgb.1, rgb.2, 255)])
+                    .with_radii([radius]),
+            );
+            self.check("logging actions", r);
+        }
+        let per = call.predicted.len();
+        if per == 0 || call.chain.is_empty() {
+            return;
+        }
+        let k = call.chain.len() / per - 1;
+        // Row i of the chain is x_{K - i}.
+        let strips: Vec<Vec<[f32; 3]>> = call.chain.chunks(per).map(|x| a3.points(x, da)).collect();
+        let colors: Vec<Color> = (0..=k).map(|i| chain_color(k - i, k)).collect();
+        let radii: Vec<f32> = (0..=k)
+            .map(|i| if i == k { 0.003 } else { 0.001 })
+            .collect();
+        self.check(
+            "logging the denoising chain",
+            self.rec.log(
+                paths::CHAIN3D,
+                &LineStrips3D::new(strips)
+                    .with_colors(colors)
+                    .with_radii(radii),
+            ),
+        );
+    }
+
     fn log_result(&self, path: &str, what: &dyn rerun::AsComponents, context: &str) {
         let st = self.lock();
         let r = if st.train_step.is_some() {
@@ -525,6 +619,30 @@ impl Recorder for RerunRecorder {
             );
             st.shapes.insert(item.name, item.shape.clone());
         }
+        if scene.is_3d() && !st.solid {
+            st.solid = true;
+            let activation = rerun::blueprint::BlueprintActivation {
+                make_active: true,
+                make_default: true,
+            };
+            let r = default_blueprint(self.timeline, Layout::Solid).send(&self.rec, activation);
+            self.check("sending the 3-D layout", r);
+        }
+        st.actions_3d = scene.actions_3d;
+        if let Some(p) = scene.tool
+            && st.tool_path.last() != Some(&p)
+        {
+            if st.tool_path.len() == TOOL_PATH_MAX {
+                st.tool_path.remove(0);
+            }
+            st.tool_path.push(p);
+            let r = self.rec.log(
+                paths::TOOL_PATH,
+                &LineStrips3D::new([st.tool_path.clone()])
+                    .with_colors([Color::from_unmultiplied_rgba(30, 144, 255, 255)]),
+            );
+            self.check("logging the tool path", r);
+        }
         for body in &scene.bodies {
             if st.bodies.get(body.name) == Some(body) {
                 continue;
@@ -554,6 +672,11 @@ impl Recorder for RerunRecorder {
         let mut st = self.lock();
         let frame = st.frame;
         self.stamp(&st, &[Timeline::EnvStep, Timeline::TrainStep]);
+        if let Some(a3) = st.actions_3d {
+            self.policy_call_3d(&a3, call);
+            self.chain_logp(&mut st, call);
+            return;
+        }
         // Actions draw as points from their first two components (1-D actions: index, value).
         let points = |rows: &[f32]| -> Vec<[f32; 2]> {
             rows.chunks(da)
@@ -605,27 +728,8 @@ impl Recorder for RerunRecorder {
                     .with_radii(radii),
             ),
         );
-        if call.logp.is_empty() {
-            return;
-        }
-        let n = call.logp.len();
-        // logp[i] is log pi(x_{K-i-1} | x_{K-i}): it sits at denoise_step k = K - i.
-        let mut times = vec![(
-            Timeline::DenoiseStep.name(),
-            (0..n).map(|i| (n - i) as i64).collect(),
-        )];
-        for (tl, v) in [
-            (Timeline::EnvStep, st.env_step),
-            (Timeline::TrainStep, st.train_step),
-        ] {
-            if let Some(v) = v {
-                times.push((tl.name(), vec![v; n]));
-            }
-        }
-        let values: Vec<f64> = call.logp.iter().map(|&v| f64::from(v)).collect();
-        self.push_rows(&mut st, paths::CHAIN_LOGP, times, &values);
+        self.chain_logp(&mut st, call);
     }
-
     fn step_series(&self, series: StepSeries, first_env_step: i64, values: &[f64]) {
         if values.is_empty() {
             return;
@@ -686,6 +790,10 @@ impl Recorder for RerunRecorder {
     }
 
     fn episode_end(&self, e: &EpisodeEnd) {
+        // Scenes are environment 0's.
+        if e.env == 0 {
+            self.lock().tool_path.clear();
+        }
         let text = format!(
             "env {} episode {}: {} (max score {:.3}, return {:.2}, {} steps)",
             e.env,
@@ -814,5 +922,52 @@ mod tests {
         assert!(s.rows("/scene3d/ball") > s.rows("/scene3d/table"));
         assert!(s.rows("/cameras/wrist") > 0);
         assert_eq!(s.rows("/scene/bounds"), 0);
+    }
+
+    /// A 3-D scene switches the viewer to the 3-D layout (one more blueprint), traces its tool
+    /// and draws action chunks and chains as 3-D paths; a 2-D scene does neither.
+    #[test]
+    fn a_3d_scene_gets_its_layout_tool_path_and_3d_chunks() {
+        let chunk = [1.0, 0.0, 0.0, 0.5, 0.0, 1.0, 0.0, 0.5];
+        let chain = [chunk, [0.0; 8], chunk].concat();
+        let call = PolicyCall {
+            action_dim: 4,
+            predicted: &chunk,
+            executed: 1,
+            chain: &chain,
+            logp: &[-1.0, -2.0],
+        };
+        let record = |scene: &Scene| {
+            let (rec, storage) = RerunRecorder::memory().unwrap();
+            for t in 0..3 {
+                rec.set_time(Timeline::EnvStep, t);
+                let mut s = scene.clone();
+                if let Some(p) = &mut s.tool {
+                    p[0] += 0.01 * t as f32;
+                }
+                rec.scene(&s);
+                rec.policy_call(&call);
+            }
+            drop(rec);
+            RecordingSummary::from_messages(&storage.take()).unwrap()
+        };
+        let mut solid = Scene::new_3d([[-1.0; 3], [1.0; 3]]);
+        solid.tool = Some([0.5, 0.0, 0.2]);
+        solid.actions_3d = Some(ActionPoints3d {
+            origin: [0.5, 0.0, 0.2],
+            scale: [0.025; 3],
+            cumulative: true,
+        });
+        let s3 = record(&solid);
+        let s2 = record(&Scene::new([[0.0, 0.0], [1.0, 1.0]], true));
+        assert!(s3.blueprint_messages > s2.blueprint_messages);
+        assert_eq!(s3.rows("/scene3d/tool_path"), 3);
+        for path in ["actions/predicted", "actions/executed", "chain"] {
+            assert_eq!(s3.rows(&format!("/scene3d/{path}")), 3, "{path}");
+            assert_eq!(s2.rows(&format!("/scene3d/{path}")), 0, "{path}");
+        }
+        assert_eq!(s3.rows("/chain/x"), 0);
+        assert_eq!(s2.rows("/chain/x"), 3);
+        assert_eq!(s2.rows("/scene3d/tool_path"), 0);
     }
 }
