@@ -34,6 +34,7 @@ trait ErasedEnv: Send {
     fn true_state(&self) -> Vec<f64>;
     fn reset_to_state(&mut self, state: &[f64], seed: u64) -> Result<Observation, EnvError>;
     fn describe_step(&self, action: &[f32], result: &StepResult) -> String;
+    fn named_state(&self) -> Vec<(&'static str, Vec<f64>)>;
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -83,6 +84,9 @@ impl<E: TaskEnv> ErasedEnv for E {
     }
     fn describe_step(&self, action: &[f32], result: &StepResult) -> String {
         TaskEnv::describe_step(self, action, result)
+    }
+    fn named_state(&self) -> Vec<(&'static str, Vec<f64>)> {
+        TaskEnv::named_state(self)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -155,6 +159,9 @@ impl TaskEnv for DynEnv {
     }
     fn describe_step(&self, action: &[f32], result: &StepResult) -> String {
         self.0.describe_step(action, result)
+    }
+    fn named_state(&self) -> Vec<(&'static str, Vec<f64>)> {
+        self.0.named_state()
     }
 }
 
@@ -276,6 +283,9 @@ mod tests {
         fn describe_step(&self, _action: &[f32], _result: &StepResult) -> String {
             "probe".into()
         }
+        fn named_state(&self) -> Vec<(&'static str, Vec<f64>)> {
+            vec![("twice", vec![2.0 * self.0 as f64])]
+        }
     }
 
     /// A forgotten forward would silently fall back to the trait's default.
@@ -294,6 +304,7 @@ mod tests {
             erased.describe_step(&[0.0], &a),
             plain.describe_step(&[0.0], &b)
         );
+        assert_eq!(erased.named_state(), plain.named_state());
         let snap = erased.snapshot();
         erased.step(&[0.0]).unwrap();
         assert_eq!(erased.restore(&snap), plain.observe());

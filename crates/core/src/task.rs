@@ -173,6 +173,12 @@ pub trait TaskEnv: Env + 'static {
         ))
     }
 
+    /// Named parts of the current state that `diffrl sim --json` prints beside `state` (an
+    /// arm: `ee_pose`, `cube_pose`), each a flat list of numbers; empty: none.
+    fn named_state(&self) -> Vec<(&'static str, Vec<f64>)> {
+        Vec::new()
+    }
+
     /// One line about the step that executed `action` and gave `result` (`diffrl sim` without
     /// --json), after the state it led to.
     fn describe_step(&self, action: &[f32], result: &StepResult) -> String {

@@ -79,6 +79,15 @@ fn read_actions(path: &PathBuf, dim: usize) -> anyhow::Result<Vec<Vec<f32>>> {
         .collect()
 }
 
+/// Adds the task's named parts of the state (an arm's `ee_pose`, `cube_pose`) to a JSON line.
+fn with_named_state(v: &mut serde_json::Value, env: &DynEnv) {
+    if let Some(map) = v.as_object_mut() {
+        for (name, values) in env.named_state() {
+            map.insert(name.into(), json!(values));
+        }
+    }
+}
+
 /// Logs the scene (and the step's reward) at a new `env_step`.
 fn record(rec: &dyn Recorder, env: &DynEnv, reward: Option<f32>) {
     if !rec.enabled() {
@@ -126,7 +135,9 @@ pub fn run(
     };
     record(rec, &env, None);
     if args.json {
-        line(out, json!({"step": 0, "state": env.true_state()}))?;
+        let mut v = json!({"step": 0, "state": env.true_state()});
+        with_named_state(&mut v, &env);
+        line(out, v)?;
     } else {
         writeln!(out, "step 0: observation {:?}", obs.state)?;
     }
@@ -139,11 +150,11 @@ pub fn run(
         step += 1;
         record(rec, env, Some(r.reward));
         if args.json {
-            line(
-                out,
-                json!({"step": step, "action": action, "state": env.true_state(), "reward": r.reward, "coverage": r.info.score,
-                       "success": r.info.success, "clamped": r.info.clamped, "terminated": r.terminated, "truncated": r.truncated}),
-            )
+            let mut v = json!({"step": step, "action": action, "state": env.true_state(), "reward": r.reward,
+                               "coverage": r.info.score, "score": r.info.score, "success": r.info.success,
+                               "clamped": r.info.clamped, "terminated": r.terminated, "truncated": r.truncated});
+            with_named_state(&mut v, env);
+            line(out, v)
         } else {
             Ok(writeln!(
                 out,
