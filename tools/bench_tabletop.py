@@ -23,6 +23,7 @@ Usage: python tools/bench_tabletop.py --workload random --steps 2000 --substeps 
 """
 
 import argparse
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -182,16 +183,27 @@ def main():
     p.add_argument("--render", type=int, default=None, metavar="SIZE", help="time SIZE x SIZE RGB frames")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    if a.render is not None:
+    if a.render is None:
+        # `import mujoco` loads the MUJOCO_GL backend, which a state benchmark does not need.
+        os.environ.pop("MUJOCO_GL", None)
+    else:
         # Set before mujoco is imported: it picks its GL backend at import. llvmpipe renders on
         # the calling thread only (LP_NUM_THREADS=0), as the one-core pinning expects.
         os.environ.setdefault("MUJOCO_GL", "egl")
         os.environ.setdefault("LP_NUM_THREADS", "0")
-    import mujoco
+    head = {"impl": "mujoco", "mujoco": importlib.metadata.version("mujoco"), "task": "pick-cube"}
+    render_line = {**head, "what": "render", "obs": "pixels", "workload": a.workload, "size": a.render,
+                   "substeps": a.substeps, "steps": a.steps, "gl": os.environ.get("MUJOCO_GL")}
+    try:
+        import mujoco
+    except Exception as e:  # MUJOCO_GL=osmesa without libOSMesa fails here already
+        if a.render is None:
+            raise
+        print(json.dumps({**render_line, "error": f"import mujoco: {type(e).__name__}: {e}"}))
+        return
 
     env = PickCube(mujoco, a.substeps, a.dt, a.seed)
     rng = np.random.default_rng(a.seed + 1)
-    head = {"impl": "mujoco", "mujoco": mujoco.__version__, "task": "pick-cube"}
     if a.render is None:
         total, physics, _, contacts, lifted = run(env, a.workload, a.steps, rng)
         print(json.dumps({**head, "workload": a.workload, "obs": "state", "substeps": a.substeps,
@@ -199,8 +211,7 @@ def main():
                           "steps_per_s": a.steps / total, "mj_steps_per_s": a.steps * a.substeps / physics,
                           "mean_contacts": contacts, "episodes_lifted": lifted}))
         return
-    line = {**head, "what": "render", "obs": "pixels", "workload": a.workload, "size": a.render,
-            "substeps": a.substeps, "steps": a.steps, "gl": os.environ["MUJOCO_GL"]}
+    line = render_line
     try:
         renderer = mujoco.Renderer(env.model, a.render, a.render)
         renderer.update_scene(env.data, "table_cam")
