@@ -32,7 +32,7 @@ impl Default for ExpertConfig {
     fn default() -> Self {
         Self {
             action_noise: 0.0,
-            gain: 0.8,
+            gain: 0.5,
         }
     }
 }
@@ -61,6 +61,12 @@ const GRASP_DZ: f64 = 0.005;
 /// Gripper opening below which a closed gripper holds a cube (m; a cube is 4 to 5.7 cm wide
 /// across the fingers, the open gripper 8 cm).
 const HOLD_OPENING: f64 = 0.07;
+/// TCP height while pushing (m): the fingertips 8 mm above the table, below the cube's
+/// centre so a friction-1 cube slides rather than tips.
+const PUSH_Z: f64 = 0.015;
+/// TCP advance per step while pushing (m; slower than the 2.5 cm maximum, which kicks the
+/// cube).
+const PUSH_SPEED: f64 = 0.015;
 /// Clearance kept above cube B while carrying cube A to it (m).
 const CARRY_CLEARANCE: f64 = 0.02;
 
@@ -178,25 +184,24 @@ fn push(v: &View, gain: f64) -> ([f64; 3], f64) {
     let tcp = v.tcp();
     let cube = v.cube(0);
     let goal = v.goal();
-    // Push along +x (the goal lies 0.2 m ahead along x) from just behind the cube, steering
-    // the TCP's y onto the line from the cube to the goal.
-    let behind_x = cube[0] - CUBE_HALF - 0.012;
-    let push_z = 0.02;
-    let lateral = (tcp[1] - cube[1]).abs();
-    let is_behind = tcp[0] < cube[0] - CUBE_HALF - 0.005 && lateral < 0.015;
-    if is_behind && tcp[2] < push_z + 0.015 {
-        // Pushing: head for the goal, correcting y so the push goes through the centre.
+    // Push along +x (the goal lies 0.2 m ahead along x) from behind the cube with the closed
+    // fingers (1 cm thick along x), steering the TCP's y onto the cube's.
+    let behind_x = cube[0] - CUBE_HALF - 0.025;
+    let aligned = (tcp[1] - cube[1]).abs() < 0.01;
+    let behind = tcp[0] < cube[0] - CUBE_HALF - 0.007;
+    if behind && (tcp[1] - cube[1]).abs() < 0.02 && tcp[2] < PUSH_Z + 0.012 {
         let dy = (goal[1] - cube[1]) * 2.0;
-        let target = [tcp[0] + 0.03, cube[1] + dy.clamp(-0.01, 0.01), push_z];
-        return (toward(tcp, target, gain), CLOSE);
+        let target = [tcp[0] + PUSH_SPEED, cube[1] + dy.clamp(-0.01, 0.01), PUSH_Z];
+        return (toward(tcp, target, 1.0), CLOSE);
     }
-    if tcp[0] < cube[0] - CUBE_HALF - 0.005 && lateral < 0.01 {
-        return (toward(tcp, [behind_x, cube[1], push_z], gain), CLOSE);
+    if tcp[0] < cube[0] - CUBE_HALF - 0.015 && aligned {
+        return (toward(tcp, [behind_x, cube[1], PUSH_Z], gain), CLOSE);
     }
-    // Get behind the cube at a height that clears it.
+    // Get behind the cube at a height that clears it, rising first when low near it.
     let hover_z = cube[2] + HOVER;
-    let target = if tcp[2] < hover_z - 0.02 && tcp[0] > behind_x - 0.01 {
-        [tcp[0].min(behind_x), tcp[1], hover_z]
+    let near = (tcp[0] - cube[0]).abs() < 0.06 && (tcp[1] - cube[1]).abs() < 0.06;
+    let target = if tcp[2] < hover_z - 0.02 && near {
+        [tcp[0], tcp[1], hover_z]
     } else {
         [behind_x, cube[1], hover_z]
     };

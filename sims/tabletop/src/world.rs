@@ -107,6 +107,8 @@ pub struct World {
     table: ColliderHandle,
     model: Arc<PandaModel>,
     q_target: [f64; 9],
+    /// The targets of the previous control step, where this step's interpolation starts.
+    q_start: [f64; 9],
     params: PhysicsParams,
 }
 
@@ -311,6 +313,7 @@ impl World {
             table,
             model: Arc::new(panda.model.clone()),
             q_target: q,
+            q_start: q,
             params,
         };
         world.set_params(params);
@@ -337,7 +340,7 @@ impl World {
                 col.set_friction(params.cube_friction as f32);
             }
         }
-        self.apply_targets();
+        self.apply_targets(1.0);
     }
 
     fn multibody(&self) -> &Multibody {
@@ -352,10 +355,15 @@ impl World {
             .unwrap_or_else(|| panic!("the arm's multibody exists"))
     }
 
-    /// Writes the motor targets (and gains) of every joint.
-    fn apply_targets(&mut self) {
+    /// Writes the motor targets (and gains) of every joint: `fraction` of the way from the
+    /// previous control step's targets to the current ones, with the ramp's velocity as
+    /// feed-forward.
+    fn apply_targets(&mut self, fraction: f64) {
         let g = self.params.gain_scale;
-        let targets = self.q_target;
+        let period = SUBSTEPS as f64 / PHYSICS_HZ;
+        let (start, end) = (self.q_start, self.q_target);
+        let targets: [f64; 9] = std::array::from_fn(|i| start[i] + (end[i] - start[i]) * fraction);
+        let speeds: [f64; 9] = std::array::from_fn(|i| (end[i] - start[i]) / period);
         let links = self.arm.joint_links;
         let mb = self.multibody_mut();
         for (i, &id) in links.iter().enumerate() {
@@ -369,15 +377,22 @@ impl World {
             };
             let data = &mut link.joint.data;
             data.set_motor_model(axis, MotorModel::ForceBased);
-            data.set_motor_position(axis, targets[i] as f32, (k * g) as f32, (d * g) as f32);
+            data.set_motor(
+                axis,
+                targets[i] as f32,
+                speeds[i] as f32,
+                (k * g) as f32,
+                (d * g) as f32,
+            );
             data.set_motor_max_force(axis, FORCE_LIMIT as f32);
         }
     }
 
     /// Sets the joint motor targets (arm joints, then fingers).
+    /// The next control step moves them linearly from the previous targets.
     pub fn set_targets(&mut self, q: [f64; 9]) {
+        self.q_start = self.q_target;
         self.q_target = q;
-        self.apply_targets();
     }
 
     /// The current joint motor targets.
@@ -411,7 +426,9 @@ impl World {
                 b.set_angvel(Vector::ZERO, false);
             }
         }
-        self.set_targets(q);
+        self.q_start = q;
+        self.q_target = q;
+        self.apply_targets(1.0);
     }
 
     /// Sets the joint velocities ([`JOINT_NAMES`] order) and the link velocities they imply.
@@ -611,11 +628,16 @@ impl World {
         });
     }
 
-    /// One control step: [`SUBSTEPS`] substeps.
+    /// One control step: [`SUBSTEPS`] substeps, the motor targets ramping linearly from the
+    /// previous control step's targets to the current ones (so the arm tracks smoothly instead
+    /// of lagging a step change by ~0.1 s).
     pub fn control_step(&mut self) {
-        for _ in 0..SUBSTEPS {
+        for i in 1..=SUBSTEPS {
+            self.apply_targets(i as f64 / SUBSTEPS as f64);
             self.substep();
         }
+        self.q_start = self.q_target;
+        self.apply_targets(1.0);
     }
 
     /// Arm joint targets as an array.

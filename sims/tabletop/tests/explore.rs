@@ -19,7 +19,11 @@ fn explore() {
     let mut ok = 0;
     let t = std::time::Instant::now();
     let mut steps = 0;
-    for seed in 0..n {
+    let first: u64 = std::env::var("FIRST")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for seed in first..first + n {
         env.reset(seed);
         let mut ex = TabletopExpert::new(ExpertConfig::default(), seed);
         let mut success = false;
