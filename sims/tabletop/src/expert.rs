@@ -56,11 +56,16 @@ impl Validate for ExpertConfig {
 const HOVER: f64 = 0.07;
 /// Lateral tolerance for descending onto a cube (m).
 const ALIGN_XY: f64 = 0.008;
-/// TCP height above the cube's centre at which the gripper closes (m).
-const GRASP_DZ: f64 = 0.005;
+/// TCP height above the cube's centre at which the gripper closes (m): the finger pads then
+/// span the cube's centre, so it does not pivot in the grasp.
+const GRASP_DZ: f64 = -0.005;
+/// Largest motion command while carrying a cube (a fraction of the action scale).
+const CARRY_SPEED: f64 = 0.6;
 /// Gripper opening below which a closed gripper holds a cube (m; a cube is 4 to 5.7 cm wide
 /// across the fingers, the open gripper 8 cm).
 const HOLD_OPENING: f64 = 0.07;
+/// Gripper action that lets go of a placed cube.
+const RELEASE: f64 = 1.0;
 /// TCP height while pushing (m): the fingertips 8 mm above the table, below the cube's
 /// centre so a friction-1 cube slides rather than tips.
 const PUSH_Z: f64 = 0.015;
@@ -84,6 +89,11 @@ impl View<'_> {
     }
     fn finger_speed(&self) -> f64 {
         self.s[layout::QD + 7].abs() + self.s[layout::QD + 8].abs()
+    }
+    fn arm_speed(&self) -> f64 {
+        self.s[layout::QD..layout::QD + 7]
+            .iter()
+            .fold(0.0, |m, v| m.max(v.abs()))
     }
     fn cube(&self, i: usize) -> [f64; 3] {
         let o = layout::CUBES + 7 * i;
@@ -110,7 +120,12 @@ fn xy_dist(a: [f64; 3], b: [f64; 3]) -> f64 {
 
 /// Motion towards `target` for the TCP at `tcp`: `gain` of the error per step, in action units.
 fn toward(tcp: [f64; 3], target: [f64; 3], gain: f64) -> [f64; 3] {
-    [0, 1, 2].map(|i| (gain * (target[i] - tcp[i]) / ACTION_SCALE).clamp(-1.0, 1.0))
+    toward_capped(tcp, target, gain, 1.0)
+}
+
+/// [`toward`] with each component capped at `cap`.
+fn toward_capped(tcp: [f64; 3], target: [f64; 3], gain: f64, cap: f64) -> [f64; 3] {
+    [0, 1, 2].map(|i| (gain * (target[i] - tcp[i]) / ACTION_SCALE).clamp(-cap, cap))
 }
 
 const OPEN: f64 = 1.0;
@@ -166,7 +181,7 @@ pub fn expert_action(kind: TaskKind, s: &[f64], gain: f64) -> [f32; 4] {
                     // Carry: move the cube's centre to the goal.
                     let goal = v.goal();
                     let target = [0, 1, 2].map(|i| tcp[i] + goal[i] - cube[i]);
-                    (toward(tcp, target, gain), CLOSE)
+                    (toward_capped(tcp, target, gain, CARRY_SPEED), CLOSE)
                 }
             }
         }
@@ -213,36 +228,41 @@ fn stack(v: &View, gain: f64) -> ([f64; 3], f64) {
     let a = v.cube(0);
     let b = v.cube(1);
     let on_b = xy_dist(a, b) < 0.015 && (a[2] - b[2] - 2.0 * CUBE_HALF).abs() < 0.006;
-    if on_b && !v.holding(a) {
-        // Placed and released: back off upwards with the gripper open.
-        return (
-            toward(tcp, [tcp[0], tcp[1], a[2] + HOVER + 0.03], gain),
-            OPEN,
-        );
+    if on_b {
+        // Placed: let go, then back off upwards once the fingers are apart.
+        if v.opening() > 0.075 {
+            return (
+                toward(tcp, [tcp[0], tcp[1], a[2] + HOVER + 0.03], gain),
+                OPEN,
+            );
+        }
+        return ([0.0; 3], RELEASE);
     }
     if v.holding(a) {
-        let place = [b[0], b[1], b[2] + 2.0 * CUBE_HALF + 0.002];
+        // Carry A above B with clearance, then lower it to 4 mm above B's top, slowly at
+        // the end.
+        let place = [b[0], b[1], b[2] + 2.0 * CUBE_HALF + 0.004];
         let xy = xy_dist(a, b);
-        if on_b || (xy < 0.005 && a[2] - place[2] < 0.004) {
-            return ([0.0; 3], OPEN);
-        }
-        let carry_z = b[2] + 2.0 * CUBE_HALF * 2.0 + CARRY_CLEARANCE;
-        let cube_target = if xy > 0.01 {
+        let carry_z = b[2] + 4.0 * CUBE_HALF + CARRY_CLEARANCE;
+        let (cube_target, g) = if xy > 0.01 {
             if a[2] < carry_z - 0.01 {
                 // Lift first, drifting towards B.
-                [
-                    a[0] + (b[0] - a[0]) * 0.3,
-                    a[1] + (b[1] - a[1]) * 0.3,
-                    carry_z,
-                ]
+                (
+                    [
+                        a[0] + (b[0] - a[0]) * 0.3,
+                        a[1] + (b[1] - a[1]) * 0.3,
+                        carry_z,
+                    ],
+                    gain,
+                )
             } else {
-                [b[0], b[1], carry_z]
+                ([b[0], b[1], carry_z], gain)
             }
         } else {
-            place
+            (place, if a[2] - place[2] < 0.03 { 0.3 } else { gain })
         };
         let target = [0, 1, 2].map(|i| tcp[i] + cube_target[i] - a[i]);
-        return (toward(tcp, target, gain), CLOSE);
+        return (toward_capped(tcp, target, g, CARRY_SPEED), CLOSE);
     }
     grasp(v, a, gain).unwrap_or(([0.0; 3], CLOSE))
 }

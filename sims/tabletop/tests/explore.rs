@@ -36,11 +36,13 @@ fn explore() {
             if verbose {
                 let s = env.true_state();
                 println!(
-                    "{k} a {:?} tcp {:.3?} open {:.3} cube {:.3?} goal {:.3?} score {:.3} grasp {}",
+                    "{k} a {:?} tcp {:.3?} open {:.3} cube {:.3?} qa {:.2?} b {:.3?} goal {:.3?} score {:.3} grasp {}",
                     a,
                     &s[18..21],
                     s[21],
                     &s[22..25],
+                    &s[25..29],
+                    &s[s.len().saturating_sub(10)..s.len().saturating_sub(7)],
                     &s[s.len() - 3..],
                     r.info.score,
                     env.world().cube_count() > 0 && env.world().is_grasping(0)
