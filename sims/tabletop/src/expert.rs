@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use diffrl_core::config::{Invalid, Validate, ensure};
 
-use crate::env::{ACTION_SCALE, Tabletop, TaskKind, layout};
+use crate::env::{ACTION_SCALE, GRIPPER_CLOSED, GRIPPER_OPEN, Tabletop, TaskKind, layout};
 use crate::world::CUBE_HALF;
 
 /// `[expert]` settings.
@@ -60,7 +60,7 @@ const ALIGN_XY: f64 = 0.008;
 /// span the cube's centre, so it does not pivot in the grasp.
 const GRASP_DZ: f64 = -0.005;
 /// Largest motion command while carrying a cube (a fraction of the action scale).
-const CARRY_SPEED: f64 = 0.6;
+const CARRY_SPEED: f64 = 0.8;
 /// Gripper opening below which a closed gripper holds a cube (m; a cube is 4 to 5.7 cm wide
 /// across the fingers, the open gripper 8 cm).
 const HOLD_OPENING: f64 = 0.07;
@@ -94,6 +94,13 @@ impl View<'_> {
         self.s[layout::QD..layout::QD + 7]
             .iter()
             .fold(0.0, |m, v| m.max(v.abs()))
+    }
+    /// Width of cube `i` along the fingers' closing axis (world y), from its yaw.
+    fn cube_width(&self, i: usize) -> f64 {
+        let o = layout::CUBES + 7 * i + 3;
+        let [x, y, z, w] = [self.s[o], self.s[o + 1], self.s[o + 2], self.s[o + 3]];
+        let yaw = (2.0 * (w * z + x * y)).atan2(1.0 - 2.0 * (y * y + z * z));
+        2.0 * CUBE_HALF * (yaw.sin().abs() + yaw.cos().abs())
     }
     fn cube(&self, i: usize) -> [f64; 3] {
         let o = layout::CUBES + 7 * i;
@@ -131,11 +138,21 @@ fn toward_capped(tcp: [f64; 3], target: [f64; 3], gain: f64, cap: f64) -> [f64; 
 const OPEN: f64 = 1.0;
 const CLOSE: f64 = -1.0;
 
-/// Approach, descend onto and close on `cube`; None once it is held.
-fn grasp(v: &View, cube: [f64; 3], gain: f64) -> Option<([f64; 3], f64)> {
+/// The gripper action that opens the fingers to `opening` (m).
+fn gripper_for(opening: f64) -> f64 {
+    ((opening / 2.0 - GRIPPER_CLOSED) / (GRIPPER_OPEN - GRIPPER_CLOSED) * 2.0 - 1.0)
+        .clamp(-1.0, 1.0)
+}
+
+/// Approach, descend onto and close on cube `index`; None once it is held. The fingers open
+/// only 1.6 cm wider than the cube, to fit between it and a neighbour where they can.
+fn grasp(v: &View, index: usize, gain: f64) -> Option<([f64; 3], f64)> {
+    let cube = v.cube(index);
     if v.holding(cube) {
         return None;
     }
+    let width = v.cube_width(index);
+    let open = gripper_for(width + 0.016);
     let tcp = v.tcp();
     let grasp_point = [cube[0], cube[1], cube[2] + GRASP_DZ];
     let hover = [cube[0], cube[1], cube[2] + HOVER];
@@ -160,7 +177,7 @@ fn grasp(v: &View, cube: [f64; 3], gain: f64) -> Option<([f64; 3], f64)> {
     if tcp[2] < cube[2] + HOVER - 0.02 && xy < 0.06 {
         target = [tcp[0], tcp[1], hover[2]];
     }
-    Some((toward(tcp, target, gain), OPEN))
+    Some((toward(tcp, target, gain), open))
 }
 
 /// The expert's action `[dx, dy, dz, gripper]` at the (noise-free) state `s` of a `kind` task.
@@ -175,7 +192,7 @@ pub fn expert_action(kind: TaskKind, s: &[f64], gain: f64) -> [f32; 4] {
         TaskKind::PushCube => push(&v, gain),
         TaskKind::PickCube => {
             let cube = v.cube(0);
-            match grasp(&v, cube, gain) {
+            match grasp(&v, 0, gain) {
                 Some(a) => a,
                 None => {
                     // Carry: move the cube's centre to the goal.
@@ -227,22 +244,17 @@ fn stack(v: &View, gain: f64) -> ([f64; 3], f64) {
     let tcp = v.tcp();
     let a = v.cube(0);
     let b = v.cube(1);
-    let on_b = xy_dist(a, b) < 0.015 && (a[2] - b[2] - 2.0 * CUBE_HALF).abs() < 0.006;
-    if on_b {
-        // Placed: let go, then back off upwards once the fingers are apart.
-        if v.opening() > 0.075 {
-            return (
-                toward(tcp, [tcp[0], tcp[1], a[2] + HOVER + 0.03], gain),
-                OPEN,
-            );
-        }
-        return ([0.0; 3], RELEASE);
-    }
+    // The task's own test: xy within the half-size's xy norm + 5 mm, z within 5 mm.
+    let on_b = xy_dist(a, b) <= (2.0 * CUBE_HALF * CUBE_HALF).sqrt() + 0.005
+        && (a[2] - b[2] - 2.0 * CUBE_HALF).abs() <= 0.005;
     if v.holding(a) {
         // Carry A above B with clearance, then lower it to 4 mm above B's top, slowly at
-        // the end.
+        // the end, and let go once it is centred and the arm still.
         let place = [b[0], b[1], b[2] + 2.0 * CUBE_HALF + 0.004];
         let xy = xy_dist(a, b);
+        if xy < 0.006 && a[2] - place[2] < 0.004 && v.arm_speed() < 0.05 {
+            return ([0.0; 3], RELEASE);
+        }
         let carry_z = b[2] + 4.0 * CUBE_HALF + CARRY_CLEARANCE;
         let (cube_target, g) = if xy > 0.01 {
             if a[2] < carry_z - 0.01 {
@@ -264,7 +276,17 @@ fn stack(v: &View, gain: f64) -> ([f64; 3], f64) {
         let target = [0, 1, 2].map(|i| tcp[i] + cube_target[i] - a[i]);
         return (toward_capped(tcp, target, g, CARRY_SPEED), CLOSE);
     }
-    grasp(v, a, gain).unwrap_or(([0.0; 3], CLOSE))
+    if on_b {
+        // Placed: finish letting go, then back off upwards once the fingers are apart.
+        if v.opening() > 0.075 {
+            return (
+                toward(tcp, [tcp[0], tcp[1], a[2] + HOVER + 0.03], gain),
+                OPEN,
+            );
+        }
+        return ([0.0; 3], RELEASE);
+    }
+    grasp(v, 0, gain).unwrap_or(([0.0; 3], CLOSE))
 }
 
 /// The scripted expert of every tabletop task.
