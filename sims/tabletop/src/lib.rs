@@ -11,4 +11,6 @@ pub mod env;
 pub mod expert;
 pub mod robot;
 pub mod scene;
+pub mod stages;
+pub mod task;
 pub mod world;
