@@ -329,7 +329,7 @@ impl PandaModel {
             let e_lin = target.translation.vector - pose.translation.vector;
             let e_ang = (target.rotation * pose.rotation.inverse()).scaled_axis();
             err = e_lin.norm();
-            if err < 1e-6 && e_ang.norm() < 1e-5 {
+            if err < 1e-5 && e_ang.norm() < 1e-4 {
                 break;
             }
             let e = na::Vector6::new(e_lin.x, e_lin.y, e_lin.z, e_ang.x, e_ang.y, e_ang.z);
