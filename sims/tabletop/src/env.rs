@@ -245,7 +245,7 @@ impl Validate for Randomization {
 #[serde(deny_unknown_fields, default)]
 pub struct TabletopConfig {
     /// Which task. Under a registered task (`task = "push-cube"`) it must be that task's kind
-    /// or omitted (see [`crate::task::TabletopTask::build`]).
+    /// or omitted (see `TabletopTask::build` in [`crate::task`]).
     pub kind: TaskKind,
     /// Observation mode.
     pub obs: ObsMode,

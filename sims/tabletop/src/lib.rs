@@ -7,7 +7,7 @@
 //!   kinematics (forward kinematics, Jacobian, damped least-squares IK).
 //! - [`world`]: the Rapier world: table, arm multibody with PD joint motors, cubes; 200 Hz
 //!   physics, 10 substeps per control step; `Clone` is an exact snapshot.
-//! - [`env`]: [`env::Tabletop`], the environment (`[env]` = [`env::TabletopConfig`]):
+//! - [`mod@env`]: [`env::Tabletop`], the environment (`[env]` = [`env::TabletopConfig`]):
 //!   end-effector delta-position + gripper actions, state observations, ManiSkill's
 //!   normalised dense rewards.
 //! - [`expert`]: scripted, state-driven experts for the four tasks.
