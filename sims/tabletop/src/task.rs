@@ -1,0 +1,167 @@
+//! The tabletop tasks as tasks of the tools: `reach-goal`, `push-cube`, `pick-cube` and
+//! `stack-cube`, one [`TabletopTask`] each. `[env]` is [`TabletopConfig`] (its `kind` is
+//! the task's own: see [`TabletopTask::build`]), `[expert]` is [`ExpertConfig`],
+//! `[env.randomize]` holds the domain randomisation. The CLI registers them in its task list.
+
+use diffrl_core::seeding::Rng;
+use diffrl_core::stages::StagePredicates;
+use diffrl_core::task::{DatasetInfo, Task, TaskEnv};
+use diffrl_core::{EnvError, Observation, StepResult};
+use rand::Rng as _;
+
+use crate::env::{Tabletop, TabletopConfig, TaskKind};
+use crate::expert::{ExpertConfig, TabletopExpert, expert_action};
+use crate::stages::TabletopStages;
+
+/// Action component names.
+pub const ACTION_NAMES: [&str; 4] = ["dx", "dy", "dz", "gripper"];
+
+/// One tabletop task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TabletopTask {
+    kind: TaskKind,
+}
+
+impl TabletopTask {
+    /// The task of `kind`.
+    pub const fn new(kind: TaskKind) -> Self {
+        Self { kind }
+    }
+    /// `reach-goal`.
+    pub const REACH_GOAL: Self = Self::new(TaskKind::ReachGoal);
+    /// `push-cube`.
+    pub const PUSH_CUBE: Self = Self::new(TaskKind::PushCube);
+    /// `pick-cube`.
+    pub const PICK_CUBE: Self = Self::new(TaskKind::PickCube);
+    /// `stack-cube`.
+    pub const STACK_CUBE: Self = Self::new(TaskKind::StackCube);
+
+    /// Which task.
+    pub fn kind(&self) -> TaskKind {
+        self.kind
+    }
+}
+
+impl Task for TabletopTask {
+    type Config = TabletopConfig;
+    type ExpertConfig = ExpertConfig;
+    type Env = Tabletop;
+
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn dataset(&self) -> DatasetInfo {
+        DatasetInfo {
+            fps: crate::world::CONTROL_HZ as u32,
+            robot_type: "panda".into(),
+            state_names: self.kind.state_names(),
+            action_names: ACTION_NAMES.map(String::from).to_vec(),
+            instruction: self.kind.instruction().into(),
+        }
+    }
+
+    /// The environment of `config` with the task's own kind: `config.kind` is replaced, so an
+    /// omitted `kind` (which reads as the default, pick-cube) still builds this task.
+    fn build(&self, config: &TabletopConfig) -> Tabletop {
+        let mut c = config.clone();
+        c.kind = self.kind;
+        Tabletop::new(c)
+    }
+
+    /// State observations are the recorded state itself (noise-free).
+    fn observe_recorded(
+        &self,
+        _config: &TabletopConfig,
+        state: &[f32],
+    ) -> Result<Vec<f32>, String> {
+        if state.len() == self.kind.state_dim() {
+            Ok(state.to_vec())
+        } else {
+            Err(format!(
+                "holds {}-d states; {} records {} values ({})",
+                state.len(),
+                self.kind.name(),
+                self.kind.state_dim(),
+                self.kind.state_names().join(", ")
+            ))
+        }
+    }
+
+    fn randomization_key(&self) -> Option<&'static str> {
+        Some("randomize")
+    }
+
+    /// Camera jitter and colour jitter only change camera images; the observation is state.
+    fn unobserved(&self, _config: &TabletopConfig, fields: &[String]) -> Option<String> {
+        if fields.is_empty() {
+            return None;
+        }
+        let camera_only = fields.iter().all(|f| {
+            matches!(
+                f.as_str(),
+                "camera_pos_jitter" | "camera_rot_jitter" | "color_jitter"
+            )
+        });
+        camera_only.then(|| {
+            "camera pose and colour jitter only change camera images (the policy observes \
+             states)"
+                .into()
+        })
+    }
+
+    fn expert(
+        &self,
+        config: &ExpertConfig,
+        seed: u64,
+    ) -> Option<Box<dyn diffrl_core::task::Expert<Tabletop>>> {
+        Some(Box::new(TabletopExpert::new(config.clone(), seed)))
+    }
+
+    fn expert_name(&self, _config: &ExpertConfig) -> String {
+        "Scripted".into()
+    }
+
+    fn stages(&self, _config: &TabletopConfig) -> Option<Box<dyn StagePredicates>> {
+        Some(Box::new(TabletopStages::new(self.kind)))
+    }
+
+    /// The scripted expert's action with uniform noise of +-0.2 on the motion components.
+    fn scripted_action(&self, env: &Tabletop, rng: &mut Rng) -> Option<Vec<f32>> {
+        let mut a = expert_action(env.kind(), &env.true_state(), ExpertConfig::default().gain);
+        for x in a.iter_mut().take(3) {
+            *x = (*x + rng.random_range(-0.2..0.2)).clamp(-1.0, 1.0);
+        }
+        Some(a.to_vec())
+    }
+}
+
+impl TaskEnv for Tabletop {
+    fn true_state(&self) -> Vec<f64> {
+        Tabletop::true_state(self)
+    }
+
+    fn reset_to_state(&mut self, state: &[f64], seed: u64) -> Result<Observation, EnvError> {
+        Tabletop::reset_to_state(self, state, seed)
+    }
+
+    fn describe_step(&self, action: &[f32], r: &StepResult) -> String {
+        let s = Tabletop::true_state(self);
+        let cube = if self.kind() == TaskKind::ReachGoal {
+            String::new()
+        } else {
+            let o = crate::env::layout::CUBES;
+            format!("  cube ({:6.3}, {:6.3}, {:6.3})", s[o], s[o + 1], s[o + 2])
+        };
+        let o = crate::env::layout::TCP;
+        format!(
+            "action {action:?}  tcp ({:6.3}, {:6.3}, {:6.3})  gripper {:5.3}{cube}  score {:.3}{}",
+            s[o],
+            s[o + 1],
+            s[o + 2],
+            s[crate::env::layout::GRIPPER],
+            r.info.score,
+            if r.info.success { "  SUCCESS" } else { "" }
+        )
+    }
+}
