@@ -492,3 +492,57 @@ fn tasks_describe_themselves() {
             .is_none()
     );
 }
+
+/// TCP targets stay inside the workspace box however long an action pushes outwards.
+#[test]
+fn workspace_clamps_the_tcp_target() {
+    use diffrl_tabletop::env::WORKSPACE;
+    let mut e = env(TaskKind::ReachGoal);
+    e.reset(1);
+    for (action, axis, bound) in [
+        ([0.0, 0.0, -1.0, 1.0], 2, WORKSPACE[0][2]),
+        ([0.0, 0.0, 1.0, 1.0], 2, WORKSPACE[1][2]),
+        ([0.0, 1.0, 0.0, 1.0], 1, WORKSPACE[1][1]),
+    ] {
+        for _ in 0..30 {
+            e.advance(action);
+        }
+        let t = e.world().target_tcp_pose().translation.vector;
+        assert!(
+            (t[axis] - bound).abs() < 1e-3,
+            "axis {axis}: target {} vs bound {bound}",
+            t[axis]
+        );
+    }
+}
+
+/// With an action delay of 2 steps the arm holds still for two steps, then moves.
+#[test]
+fn action_delay_holds_the_arm() {
+    let config = TabletopConfig {
+        kind: TaskKind::ReachGoal,
+        randomize: Randomization {
+            action_delay: [2, 2],
+            ..Randomization::default()
+        },
+        ..TabletopConfig::default()
+    };
+    let mut e = Tabletop::new(config);
+    e.reset(4);
+    let start = e.world().targets();
+    for _ in 0..2 {
+        e.step(&[1.0, 0.0, 0.0, 1.0]).unwrap();
+        assert_eq!(e.world().targets(), start);
+    }
+    e.step(&[0.0, 0.0, 0.0, 1.0]).unwrap();
+    let moved = e.world().target_tcp_pose().translation.x;
+    let before = {
+        let q: [f64; 7] = start[..7].try_into().unwrap();
+        e.world().model().tcp_pose(&q).translation.x
+    };
+    assert!(
+        (moved - before - 0.025).abs() < 1e-3,
+        "moved {} m",
+        moved - before
+    );
+}
