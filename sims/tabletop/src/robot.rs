@@ -14,8 +14,9 @@
 //! - A mesh that fails to load is skipped silently (no collider, no error): every collision
 //!   mesh is checked to exist before loading, and every link with `<collision>` elements to
 //!   have colliders after, each failure an error naming the file.
-//! - Joint effort and velocity limits are ignored: efforts become motor force limits in
-//!   [`crate::world`].
+//! - Joint effort and velocity limits are not applied: the efforts are kept in
+//!   [`ChainJoint::effort`] and [`FingerJoint::effort`], and [`crate::world`] limits every
+//!   motor to ManiSkill's 100 instead.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
