@@ -546,3 +546,35 @@ fn action_delay_holds_the_arm() {
         moved - before
     );
 }
+
+/// A snapshot continues identically on another thread (each thread has its own Rapier
+/// pipeline), as vectorised environments run them.
+#[test]
+fn snapshots_continue_identically_on_other_threads() {
+    let mut e = env(TaskKind::PickCube);
+    e.reset(21);
+    let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
+    for _ in 0..14 {
+        let a = expert.act(&e);
+        e.step(&a).unwrap();
+    }
+    let snap = e.snapshot();
+    let run = move |mut env: Tabletop| {
+        let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            let a = expert.act(&env);
+            let r = env.step(&a).unwrap();
+            out.extend(r.obs.state.iter().map(|x| x.to_bits()));
+            if r.terminated {
+                break;
+            }
+        }
+        out
+    };
+    let mut other = env(TaskKind::PickCube);
+    other.restore(&snap);
+    let here = run(e);
+    let there = std::thread::spawn(move || run(other)).join().unwrap();
+    assert_eq!(here, there);
+}
