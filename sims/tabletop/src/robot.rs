@@ -413,7 +413,8 @@ pub fn load_panda(path: &Path, friction: f32) -> Result<LoadedPanda, RobotError>
         ..UrdfLoaderOptions::default()
     };
     let mut rapier = UrdfRobot::from_robot(&robot, options, mesh_dir);
-    // `UrdfLoaderOptions::shift` left the root at the origin here; moving every body works.
+    // Places every body at the base position; the multibody's fixed root takes its pose from
+    // the base body on the first forward-kinematics pass (`World::set_joint_positions`).
     rapier.append_transform(&Pose::from_translation(Vector::new(
         BASE_POSITION[0] as f32,
         BASE_POSITION[1] as f32,
