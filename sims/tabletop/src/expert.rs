@@ -145,14 +145,14 @@ fn gripper_for(opening: f64) -> f64 {
 }
 
 /// Approach, descend onto and close on cube `index`; None once it is held. The fingers open
-/// only 1.6 cm wider than the cube, to fit between it and a neighbour where they can.
+/// only 1 cm wider than the cube, to fit between it and a neighbour where they can.
 fn grasp(v: &View, index: usize, gain: f64) -> Option<([f64; 3], f64)> {
     let cube = v.cube(index);
     if v.holding(cube) {
         return None;
     }
     let width = v.cube_width(index);
-    let open = gripper_for(width + 0.016);
+    let open = gripper_for(width + 0.010);
     let tcp = v.tcp();
     let grasp_point = [cube[0], cube[1], cube[2] + GRASP_DZ];
     let hover = [cube[0], cube[1], cube[2] + HOVER];

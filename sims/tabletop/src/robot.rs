@@ -14,8 +14,9 @@
 //! - A mesh that fails to load is skipped silently (no collider, no error): every collision
 //!   mesh is checked to exist before loading, and every link with `<collision>` elements to
 //!   have colliders after, each failure an error naming the file.
-//! - Joint effort and velocity limits are ignored: efforts become motor force limits in
-//!   [`crate::world`].
+//! - Joint effort and velocity limits are not applied: the efforts are kept in
+//!   [`ChainJoint::effort`] and [`FingerJoint::effort`], and [`crate::world`] limits every
+//!   motor to ManiSkill's 100 instead.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -412,7 +413,8 @@ pub fn load_panda(path: &Path, friction: f32) -> Result<LoadedPanda, RobotError>
         ..UrdfLoaderOptions::default()
     };
     let mut rapier = UrdfRobot::from_robot(&robot, options, mesh_dir);
-    // `UrdfLoaderOptions::shift` left the root at the origin here; moving every body works.
+    // Places every body at the base position; the multibody's fixed root takes its pose from
+    // the base body on the first forward-kinematics pass (`World::set_joint_positions`).
     rapier.append_transform(&Pose::from_translation(Vector::new(
         BASE_POSITION[0] as f32,
         BASE_POSITION[1] as f32,

@@ -120,13 +120,16 @@ pub struct World {
 /// - 4 internal PGS iterations (default 1): with 1, a cube squeezed with 30 N between the
 ///   fingers creeps out of the grasp (2 cm in 10 s); with 4 it moves less than 1 mm.
 /// - Coulomb friction per contact point rather than the default simplified model.
-/// - Contacts are predicted 1 cm ahead.
+/// - Contacts are predicted 1 cm ahead and rebuilt every substep: with Rapier's contact
+///   recycling a finger that slid off a cube's top edge kept the edge's stale diagonal
+///   normal and was held 1 cm off the cube by it.
 fn integration_parameters() -> IntegrationParameters {
     IntegrationParameters {
         dt: (1.0 / PHYSICS_HZ) as f32,
         normalized_prediction_distance: 0.01,
         friction_model: FrictionModel::Coulomb,
         num_internal_pgs_iterations: 4,
+        contact_recycling: false,
         contact_softness: SpringCoefficients {
             natural_frequency: 200.0,
             damping_ratio: 5.0,
@@ -579,6 +582,22 @@ impl World {
     /// Whether both fingers press on cube `i` with at least [`GRASP_MIN_FORCE`].
     pub fn is_grasping(&self, i: usize) -> bool {
         self.finger_forces(i).iter().all(|&f| f >= GRASP_MIN_FORCE)
+    }
+
+    /// Indices (into [`ARM_LINKS`] then the fingers) of the drawn links that touch the table.
+    pub fn links_touching_table(&self) -> Vec<usize> {
+        (0..self.arm.link_bodies.len())
+            .filter(|&i| {
+                self.bodies[self.arm.link_bodies[i]]
+                    .colliders()
+                    .iter()
+                    .any(|&c| {
+                        self.narrow_phase
+                            .contact_pair(c, self.table)
+                            .is_some_and(|p| p.has_any_active_contact())
+                    })
+            })
+            .collect()
     }
 
     /// Whether cube `i` touches the table.

@@ -66,3 +66,48 @@ fn expert_success_rates() {
         assert!(rate >= need, "{}: {rate} < {need}", kind.name());
     }
 }
+
+/// Prints one expert episode step by step: `TRACE_KIND=push-cube TRACE_SEED=15`.
+#[test]
+#[ignore = "a debugging aid: prints one episode"]
+fn trace_episode() {
+    let kind = match std::env::var("TRACE_KIND").as_deref() {
+        Ok("reach-goal") => TaskKind::ReachGoal,
+        Ok("push-cube") => TaskKind::PushCube,
+        Ok("stack-cube") => TaskKind::StackCube,
+        _ => TaskKind::PickCube,
+    };
+    let seed = var("TRACE_SEED", 0);
+    let task = TabletopTask::new(kind);
+    let mut env = task.build(&TabletopConfig::default());
+    env.reset(seed);
+    let mut expert = task.expert(&ExpertConfig::default(), seed).unwrap();
+    for k in 0..env.max_episode_steps() {
+        let a = expert.act(&env);
+        let r = env.step(&a).unwrap();
+        println!(
+            "{k:2} a {a:5.2?}  {}",
+            diffrl_core::task::TaskEnv::describe_step(&env, &a, &r)
+        );
+        if std::env::var("TRACE_TARGETS").is_ok() {
+            let t = env.world().target_tcp_pose().translation.vector;
+            println!(
+                "   target tcp ({:.3}, {:.3}, {:.3}) q {:.3?} q_target {:.3?} table contacts {:?}",
+                t.x,
+                t.y,
+                t.z,
+                &env.world().joint_positions()[..7],
+                &env.world().targets()[..7],
+                env.world().links_touching_table()
+            );
+            println!(
+                "   finger forces {:?} qd {:.3?}",
+                env.world().finger_forces(0),
+                &env.world().joint_velocities()[..7]
+            );
+        }
+        if r.terminated || r.truncated {
+            break;
+        }
+    }
+}

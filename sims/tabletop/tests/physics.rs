@@ -492,3 +492,89 @@ fn tasks_describe_themselves() {
             .is_none()
     );
 }
+
+/// TCP targets stay inside the workspace box however long an action pushes outwards.
+#[test]
+fn workspace_clamps_the_tcp_target() {
+    use diffrl_tabletop::env::WORKSPACE;
+    let mut e = env(TaskKind::ReachGoal);
+    e.reset(1);
+    for (action, axis, bound) in [
+        ([0.0, 0.0, -1.0, 1.0], 2, WORKSPACE[0][2]),
+        ([0.0, 0.0, 1.0, 1.0], 2, WORKSPACE[1][2]),
+        ([0.0, 1.0, 0.0, 1.0], 1, WORKSPACE[1][1]),
+    ] {
+        for _ in 0..30 {
+            e.advance(action);
+        }
+        let t = e.world().target_tcp_pose().translation.vector;
+        assert!(
+            (t[axis] - bound).abs() < 1e-3,
+            "axis {axis}: target {} vs bound {bound}",
+            t[axis]
+        );
+    }
+}
+
+/// With an action delay of 2 steps the arm holds still for two steps, then moves.
+#[test]
+fn action_delay_holds_the_arm() {
+    let config = TabletopConfig {
+        kind: TaskKind::ReachGoal,
+        randomize: Randomization {
+            action_delay: [2, 2],
+            ..Randomization::default()
+        },
+        ..TabletopConfig::default()
+    };
+    let mut e = Tabletop::new(config);
+    e.reset(4);
+    let start = e.world().targets();
+    for _ in 0..2 {
+        e.step(&[1.0, 0.0, 0.0, 1.0]).unwrap();
+        assert_eq!(e.world().targets(), start);
+    }
+    e.step(&[0.0, 0.0, 0.0, 1.0]).unwrap();
+    let moved = e.world().target_tcp_pose().translation.x;
+    let before = {
+        let q: [f64; 7] = start[..7].try_into().unwrap();
+        e.world().model().tcp_pose(&q).translation.x
+    };
+    assert!(
+        (moved - before - 0.025).abs() < 1e-3,
+        "moved {} m",
+        moved - before
+    );
+}
+
+/// A snapshot continues identically on another thread (each thread has its own Rapier
+/// pipeline), as vectorised environments run them.
+#[test]
+fn snapshots_continue_identically_on_other_threads() {
+    let mut e = env(TaskKind::PickCube);
+    e.reset(21);
+    let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
+    for _ in 0..14 {
+        let a = expert.act(&e);
+        e.step(&a).unwrap();
+    }
+    let snap = e.snapshot();
+    let run = move |mut env: Tabletop| {
+        let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            let a = expert.act(&env);
+            let r = env.step(&a).unwrap();
+            out.extend(r.obs.state.iter().map(|x| x.to_bits()));
+            if r.terminated {
+                break;
+            }
+        }
+        out
+    };
+    let mut other = env(TaskKind::PickCube);
+    other.restore(&snap);
+    let here = run(e);
+    let there = std::thread::spawn(move || run(other)).join().unwrap();
+    assert_eq!(here, there);
+}
