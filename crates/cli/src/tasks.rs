@@ -21,6 +21,30 @@ fn builtin(tasks: &mut Tasks) {
             text: include_str!("../../../configs/pusht.toml"),
         }),
     );
+    for (task, origin, text) in [
+        (
+            diffrl_tabletop::task::TabletopTask::REACH_GOAL,
+            "configs/reach-goal.toml",
+            include_str!("../../../configs/reach-goal.toml"),
+        ),
+        (
+            diffrl_tabletop::task::TabletopTask::PUSH_CUBE,
+            "configs/push-cube.toml",
+            include_str!("../../../configs/push-cube.toml"),
+        ),
+        (
+            diffrl_tabletop::task::TabletopTask::PICK_CUBE,
+            "configs/pick-cube.toml",
+            include_str!("../../../configs/pick-cube.toml"),
+        ),
+        (
+            diffrl_tabletop::task::TabletopTask::STACK_CUBE,
+            "configs/stack-cube.toml",
+            include_str!("../../../configs/stack-cube.toml"),
+        ),
+    ] {
+        tasks.add(task, Some(DefaultConfig { origin, text }));
+    }
 }
 
 /// A task's embedded default run config.

@@ -145,6 +145,29 @@ impl TaskEnv for Tabletop {
         Tabletop::reset_to_state(self, state, seed)
     }
 
+    /// `ee_pose` (the TCP's position and quaternion `[x, y, z, qx, qy, qz, qw]`), the gripper
+    /// opening (m), `cube_pose` (and `cube_b_pose` for stack-cube), each
+    /// `[x, y, z, qx, qy, qz, qw]`, and `goal` (position).
+    fn named_state(&self) -> Vec<(&'static str, Vec<f64>)> {
+        let w = self.world();
+        let tcp = w.tcp_pose();
+        let (t, r) = (tcp.translation.vector, tcp.rotation);
+        let mut out = vec![
+            ("ee_pose", vec![t.x, t.y, t.z, r.i, r.j, r.k, r.w]),
+            ("gripper_opening", vec![w.gripper_opening()]),
+        ];
+        for (i, name) in ["cube_pose", "cube_b_pose"]
+            .into_iter()
+            .enumerate()
+            .take(w.cube_count())
+        {
+            let p = w.cube_pose(i);
+            out.push((name, p.position.into_iter().chain(p.rotation).collect()));
+        }
+        out.push(("goal", self.goal().to_vec()));
+        out
+    }
+
     fn describe_step(&self, action: &[f32], r: &StepResult) -> String {
         let s = Tabletop::true_state(self);
         let cube = if self.kind() == TaskKind::ReachGoal {
