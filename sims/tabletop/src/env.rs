@@ -244,8 +244,9 @@ impl Validate for Randomization {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TabletopConfig {
-    /// Which task. Under a registered task (`task = "push-cube"`) it must be that task's kind
-    /// or omitted (see `TabletopTask::build` in [`crate::task`]).
+    /// Which task. Not a key of `[env]`: a config's `task = "push-cube"` decides it
+    /// (`TabletopTask::build` in [`crate::task`] sets it), so it has one source only.
+    #[serde(skip)]
     pub kind: TaskKind,
     /// Observation mode.
     pub obs: ObsMode,

@@ -61,8 +61,8 @@ impl Task for TabletopTask {
         }
     }
 
-    /// The environment of `config` with the task's own kind: `config.kind` is replaced, so an
-    /// omitted `kind` (which reads as the default, pick-cube) still builds this task.
+    /// The environment of `config` with the task's own kind (`kind` is not a key of `[env]`;
+    /// the config's `task` names it).
     fn build(&self, config: &TabletopConfig) -> Tabletop {
         let mut c = config.clone();
         c.kind = self.kind;

@@ -405,10 +405,11 @@ fn invalid_configs_name_the_field() {
     assert_eq!(c.validate().unwrap_err().field, "randomize.obs_noise");
     assert!(TabletopConfig::default().validate().is_ok());
     let parsed: Result<TabletopConfig, _> =
-        serde_json::from_str(r#"{"kind": "push-cube", "colour": 1}"#);
+        serde_json::from_str(r#"{"max_episode_steps": 20, "colour": 1}"#);
     assert!(parsed.unwrap_err().to_string().contains("colour"));
-    let parsed: TabletopConfig = serde_json::from_str(r#"{"kind": "stack-cube"}"#).unwrap();
-    assert_eq!(parsed.kind, TaskKind::StackCube);
+    // The task comes from the config's `task`, never from [env].
+    let parsed: Result<TabletopConfig, _> = serde_json::from_str(r#"{"kind": "stack-cube"}"#);
+    assert!(parsed.unwrap_err().to_string().contains("kind"));
     assert!(
         Tabletop::with_urdf(
             TabletopConfig::default(),
