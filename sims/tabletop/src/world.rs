@@ -123,6 +123,11 @@ pub struct World {
 /// - Contacts are predicted 1 cm ahead and rebuilt every substep: with Rapier's contact
 ///   recycling a finger that slid off a cube's top edge kept the edge's stale diagonal
 ///   normal and was held 1 cm off the cube by it.
+/// - No CCD (`max_ccd_substeps` 0): Rapier 0.36 sweeps every fast-moving dynamic body against
+///   the fixed colliders, and each sweep of an arm link recomputes its convex hull's mass
+///   properties: that was 27% of a control step. Nothing here moves fast enough to tunnel at
+///   200 Hz (a cube at 1 m/s moves 5 mm per substep, a quarter of its half-size; the table is
+///   10 cm thick).
 fn integration_parameters() -> IntegrationParameters {
     IntegrationParameters {
         dt: (1.0 / PHYSICS_HZ) as f32,
@@ -130,6 +135,7 @@ fn integration_parameters() -> IntegrationParameters {
         friction_model: FrictionModel::Coulomb,
         num_internal_pgs_iterations: 4,
         contact_recycling: false,
+        max_ccd_substeps: 0,
         contact_softness: SpringCoefficients {
             natural_frequency: 200.0,
             damping_ratio: 5.0,
