@@ -1,13 +1,16 @@
-//! Criterion benches of the tabletop suite, one thread, state observations:
-//! - `tabletop_step/<task>`: one control step (IK, 10 physics substeps, reward) under the
-//!   scripted expert's actions, resetting when an episode ends (the reset is included);
+//! Criterion benches of the tabletop suite, one thread:
+//! - `tabletop_step/<task>`: one control step (IK, 10 physics substeps, reward, state
+//!   observation) under the scripted expert's actions, resetting when an episode ends (the
+//!   reset is included);
+//! - `tabletop_step_pixels/<size>`: the same for pick-cube with pixels observations of
+//!   `size` x `size` (the camera image rendered every step);
 //! - `tabletop_physics/control_step`: the world alone, 10 substeps with a cube in the closed
 //!   gripper;
 //! - `tabletop_reset/<task>`: one seeded reset (a fresh world).
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use diffrl_core::Env;
-use diffrl_tabletop::env::{Tabletop, TaskKind};
+use diffrl_tabletop::env::{ObsMode, Tabletop, TaskKind};
 use diffrl_tabletop::expert::{ExpertConfig, TabletopExpert};
 
 fn step(c: &mut Criterion) {
@@ -16,6 +19,33 @@ fn step(c: &mut Criterion) {
     for kind in TaskKind::ALL {
         g.bench_function(BenchmarkId::from_parameter(kind.name()), |b| {
             let mut env = Tabletop::builder().kind(kind).build().unwrap();
+            let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
+            let mut episode = 0u64;
+            b.iter(|| {
+                let a = expert.act(&env);
+                let r = env.step(&a).unwrap();
+                if r.terminated || r.truncated {
+                    episode += 1;
+                    env.reset(episode);
+                }
+                r.reward
+            });
+        });
+    }
+    g.finish();
+}
+
+fn step_pixels(c: &mut Criterion) {
+    let mut g = c.benchmark_group("tabletop_step_pixels");
+    g.throughput(Throughput::Elements(1));
+    for size in [64, 128] {
+        g.bench_function(BenchmarkId::from_parameter(size), |b| {
+            let mut env = Tabletop::builder()
+                .kind(TaskKind::PickCube)
+                .obs(ObsMode::Pixels)
+                .image_size(size)
+                .build()
+                .unwrap();
             let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
             let mut episode = 0u64;
             b.iter(|| {
@@ -67,5 +97,5 @@ fn reset(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, step, physics, reset);
+criterion_group!(benches, step, step_pixels, physics, reset);
 criterion_main!(benches);

@@ -23,12 +23,15 @@ use std::sync::{Arc, OnceLock};
 
 use diffrl_core::config::{Invalid, Validate, ensure};
 use diffrl_core::seeding::{self, Rng};
+use diffrl_core::space::{ImageObs, ImageSpace};
 use diffrl_core::{BoxSpace, Env, EnvError, Info, Observation, ObservationSpace, StepResult};
 use rand::Rng as _;
 use rand_distr::{Distribution, Normal};
 use rapier3d::na::{Isometry3, Translation3, UnitQuaternion, Vector3};
 use serde::{Deserialize, Serialize};
 
+use crate::camera::{Camera, Renderer};
+use crate::pixels::ArmDrawing;
 use crate::robot::{ARM_DOF, HOME_Q, LoadedPanda, RobotError, default_urdf_path, load_panda};
 use crate::world::{BodyPose, CUBE_HALF, PhysicsParams, ROBOT_FRICTION, World};
 
@@ -159,8 +162,10 @@ pub enum ObsMode {
     /// The flat state vector ([`TaskKind::state_names`]).
     #[default]
     State,
-    /// Camera images plus proprioception: reserved for the camera module, refused by
-    /// [`TabletopConfig::validate`] until it lands.
+    /// The front camera's RGB image ([`crate::pixels`]) plus proprioception as the state
+    /// part ([`proprio_indices`]): the 9 joint positions, the TCP position, the gripper
+    /// opening and, for reach-goal and pick-cube, the goal position (ManiSkill's `goal_pos`:
+    /// a point in the air is hard to judge from one image).
     Pixels,
 }
 
@@ -183,11 +188,13 @@ pub struct Randomization {
     /// Standard deviation of Gaussian noise on every observed position (joint positions in
     /// rad and m, TCP, cube and goal positions in m).
     pub obs_noise: f64,
-    /// Camera position jitter (m, per axis uniform in +-): stored for the camera module.
+    /// Camera position jitter (m, per world axis uniform in +-), drawn at reset.
     pub camera_pos_jitter: f64,
-    /// Camera orientation jitter (rad, per axis uniform in +-): stored for the camera module.
+    /// Camera orientation jitter (rad, a rotation vector about the camera's own axes, each
+    /// component uniform in +-), drawn at reset.
     pub camera_rot_jitter: f64,
-    /// Per-channel colour multiplier range of camera images: stored for the camera module.
+    /// Range of the per-channel multiplier applied to camera images, one factor per RGB channel
+    /// drawn at reset.
     pub color_jitter: Range,
 }
 
@@ -250,6 +257,9 @@ pub struct TabletopConfig {
     pub kind: TaskKind,
     /// Observation mode.
     pub obs: ObsMode,
+    /// Side of the camera images in pixels (16..=256), for pixels observations and
+    /// `render_state`.
+    pub image_size: u32,
     /// Step limit.
     pub max_episode_steps: usize,
     /// Domain randomisation.
@@ -261,6 +271,7 @@ impl Default for TabletopConfig {
         Self {
             kind: TaskKind::default(),
             obs: ObsMode::State,
+            image_size: crate::pixels::DEFAULT_IMAGE_SIZE,
             max_episode_steps: MAX_EPISODE_STEPS,
             randomize: Randomization::default(),
         }
@@ -269,10 +280,16 @@ impl Default for TabletopConfig {
 
 impl Validate for TabletopConfig {
     fn validate(&self) -> Result<(), Invalid> {
+        let sizes = crate::pixels::IMAGE_SIZES;
         ensure(
-            self.obs == ObsMode::State,
-            "obs",
-            "only \"state\" observations exist so far (pixels wait for the camera module)",
+            sizes.contains(&self.image_size),
+            "image_size",
+            format!(
+                "must be in {}..={} pixels, got {}",
+                sizes.start(),
+                sizes.end(),
+                self.image_size
+            ),
         )?;
         ensure(
             (1..=100_000).contains(&self.max_episode_steps),
@@ -309,6 +326,16 @@ impl TabletopBuilder {
     /// Domain randomisation.
     pub fn randomize(mut self, r: Randomization) -> Self {
         self.config.randomize = r;
+        self
+    }
+    /// Observation mode.
+    pub fn obs(mut self, obs: ObsMode) -> Self {
+        self.config.obs = obs;
+        self
+    }
+    /// Camera image side (pixels).
+    pub fn image_size(mut self, size: u32) -> Self {
+        self.config.image_size = size;
         self
     }
     /// Step limit.
@@ -348,12 +375,17 @@ pub struct Tabletop {
     panda: Arc<LoadedPanda>,
     down: UnitQuaternion<f64>,
     state: Snapshot,
+    arm: Arc<ArmDrawing>,
+    /// The camera before jitter.
+    camera: Camera,
+    /// Kept between observations in pixels mode.
+    renderer: Option<Renderer>,
 }
 
 static DEFAULT_PANDA: OnceLock<Result<Arc<LoadedPanda>, String>> = OnceLock::new();
 
 /// The shipped Panda, loaded once per process.
-fn default_panda() -> Result<Arc<LoadedPanda>, String> {
+pub(crate) fn default_panda() -> Result<Arc<LoadedPanda>, String> {
     DEFAULT_PANDA
         .get_or_init(|| {
             load_panda(&default_urdf_path(), ROBOT_FRICTION)
@@ -429,6 +461,11 @@ impl Tabletop {
             config.kind.cubes(),
             HOME_Q,
         );
+        let arm = Arc::new(ArmDrawing::new(&world));
+        let camera = crate::pixels::default_camera(config.image_size)
+            .unwrap_or_else(|e| panic!("image_size is validated: {e}"));
+        let renderer = (config.obs == ObsMode::Pixels)
+            .then(|| Renderer::new(camera).unwrap_or_else(|e| panic!("{e}")));
         let state = Snapshot {
             world,
             goal: [0.0; 3],
@@ -445,6 +482,9 @@ impl Tabletop {
             panda,
             down,
             state,
+            arm,
+            camera,
+            renderer,
         };
         env.reset(0);
         env
@@ -489,6 +529,50 @@ impl Tabletop {
     /// Per-channel colour multipliers drawn this episode, for the camera.
     pub fn color_scale(&self) -> [f64; 3] {
         self.state.color
+    }
+
+    /// This episode's camera: the default front camera ([`crate::pixels`]) of `image_size`
+    /// with this episode's jitter.
+    pub fn camera(&self) -> Camera {
+        crate::pixels::jittered(self.camera, self.state.camera_jitter)
+    }
+
+    /// The state the camera draws: [`Tabletop::true_state`] rounded to f32 as datasets record
+    /// it, so `render_state` of a recorded state gives the same bytes.
+    fn drawn_state(&self) -> Vec<f64> {
+        self.true_state()
+            .into_iter()
+            .map(|v| f64::from(v as f32))
+            .collect()
+    }
+
+    fn draw(&self, renderer: &mut Renderer) -> ImageObs {
+        let camera = self.camera();
+        if *renderer.camera() != camera {
+            renderer
+                .set_camera(camera)
+                .unwrap_or_else(|e| panic!("a jittered valid camera is valid: {e}"));
+        }
+        let state = self.drawn_state();
+        let frame = crate::pixels::draw_state(renderer, self.config.kind, &state, &self.arm)
+            .unwrap_or_else(|e| panic!("the env's own state draws: {e}"));
+        let mut image = frame.image_obs();
+        crate::pixels::tint(&mut image.data, self.state.color);
+        image
+    }
+
+    /// The policy's camera image of the current state (pixels mode; None for state
+    /// observations).
+    pub fn camera_image(&self) -> Option<ImageObs> {
+        let renderer = self.renderer.as_ref()?;
+        Some(self.draw(&mut renderer.clone()))
+    }
+
+    /// The camera image of the current state in any mode (this episode's camera and tint).
+    pub fn render_image(&self) -> ImageObs {
+        let mut renderer =
+            Renderer::new(self.camera).unwrap_or_else(|e| panic!("image_size is validated: {e}"));
+        self.draw(&mut renderer)
     }
 
     /// Starts an episode: draws the physics in `rng`, builds a fresh world at joint positions
@@ -832,15 +916,23 @@ impl Env for Tabletop {
     type Snapshot = Snapshot;
 
     fn observation_space(&self) -> ObservationSpace {
-        let names = self.config.kind.state_names();
+        let all = self.config.kind.state_names();
+        let names: Vec<String> = observed_indices(self.config.kind, self.config.obs)
+            .into_iter()
+            .map(|i| all[i].clone())
+            .collect();
         let n = names.len();
+        let size = self.config.image_size;
         ObservationSpace {
             state: Some(BoxSpace {
                 low: vec![-10.0; n],
                 high: vec![10.0; n],
                 names,
             }),
-            image: None,
+            image: (self.config.obs == ObsMode::Pixels).then_some(ImageSpace {
+                height: size,
+                width: size,
+            }),
             text: false,
             agents: 1,
         }
@@ -908,17 +1000,30 @@ impl Env for Tabletop {
     fn observe(&mut self) -> Observation {
         let s = self.true_state();
         let std = self.config.randomize.obs_noise;
-        let mut out: Vec<f32> = Vec::with_capacity(s.len());
+        let indices = observed_indices(self.config.kind, self.config.obs);
+        let mut out: Vec<f32> = Vec::with_capacity(indices.len());
         let noisy = noisy_components(self.config.kind);
         let normal = (std > 0.0).then(|| Normal::new(0.0, std).unwrap_or_else(|_| unreachable!()));
-        for (i, v) in s.iter().enumerate() {
+        for i in indices {
             let n = match (&normal, noisy(i)) {
                 (Some(d), true) => d.sample(&mut self.state.rng),
                 _ => 0.0,
             };
-            out.push((v + n) as f32);
+            out.push((s[i] + n) as f32);
         }
-        Observation::state(out)
+        let image = match self.renderer.take() {
+            Some(mut renderer) => {
+                let image = self.draw(&mut renderer);
+                self.renderer = Some(renderer);
+                Some(image)
+            }
+            None => None,
+        };
+        Observation {
+            state: out,
+            image,
+            text: None,
+        }
     }
 
     fn elapsed_steps(&self) -> usize {
@@ -929,11 +1034,13 @@ impl Env for Tabletop {
         Some(crate::scene::scene(self))
     }
 
-    /// 1 cm for positions, 0.1 rad for joints, 0.5 for velocities and quaternions.
+    /// 1 cm for positions, 0.1 rad for joints, 0.5 for velocities and quaternions (per
+    /// observed state component).
     fn anchor_cells(&self) -> Option<Vec<f32>> {
         let kind = self.config.kind;
         Some(
-            (0..kind.state_dim())
+            observed_indices(kind, self.config.obs)
+                .into_iter()
                 .map(|i| {
                     if i < layout::QD {
                         0.1
@@ -947,6 +1054,28 @@ impl Env for Tabletop {
                 })
                 .collect(),
         )
+    }
+}
+
+/// Indices into the state vector ([`TaskKind::state_names`]) of the proprioception that
+/// pixels observations carry: the 9 joint positions, the TCP position, the gripper opening,
+/// and for reach-goal and pick-cube the goal position (16 values; 13 for push and stack).
+pub fn proprio_indices(kind: TaskKind) -> Vec<usize> {
+    let mut v: Vec<usize> = (layout::Q..layout::Q + 9)
+        .chain(layout::TCP..layout::GRIPPER + 1)
+        .collect();
+    if matches!(kind, TaskKind::ReachGoal | TaskKind::PickCube) {
+        let d = kind.state_dim();
+        v.extend(d - 3..d);
+    }
+    v
+}
+
+/// Indices into the state vector of an observation's state part in mode `obs`.
+pub fn observed_indices(kind: TaskKind, obs: ObsMode) -> Vec<usize> {
+    match obs {
+        ObsMode::State => (0..kind.state_dim()).collect(),
+        ObsMode::Pixels => proprio_indices(kind),
     }
 }
 

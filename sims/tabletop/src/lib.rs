@@ -8,18 +8,21 @@
 //! - [`world`]: the Rapier world: table, arm multibody with PD joint motors, cubes; 200 Hz
 //!   physics, 10 substeps per control step; `Clone` is an exact snapshot.
 //! - [`mod@env`]: [`env::Tabletop`], the environment (`[env]` = [`env::TabletopConfig`]):
-//!   end-effector delta-position + gripper actions, state observations, ManiSkill's
+//!   end-effector delta-position + gripper actions, state or pixels observations, ManiSkill's
 //!   normalised dense rewards.
 //! - [`expert`]: scripted, state-driven experts for the four tasks.
 //! - [`stages`]: stage predicates on recorded states.
 //! - [`task`]: [`task::TabletopTask`], the four tasks for the tools' task registry.
 //! - [`scene`]: the 3-D scene a viewer draws.
 //! - [`camera`]: RGB and depth images of the scene's bodies, rendered on the CPU.
+//! - [`pixels`]: camera observations (`obs = "pixels"`): the default front camera and the
+//!   bodies it draws from a flat state.
 #![warn(missing_docs)]
 
 pub mod camera;
 pub mod env;
 pub mod expert;
+pub mod pixels;
 pub mod robot;
 pub mod scene;
 pub mod stages;

@@ -153,6 +153,37 @@ pub struct PandaModel {
     pub base: Isometry3<f64>,
     /// The two finger joints.
     pub fingers: [FingerJoint; 2],
+    /// How each drawn link ([`ARM_LINKS`], then [`FINGER_LINKS`]) hangs off the base, for
+    /// [`PandaModel::link_poses`].
+    pub links: Vec<LinkChain>,
+}
+
+/// The motion of one URDF joint on the way from the base to a link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum JointMotion {
+    /// A fixed joint.
+    Fixed,
+    /// A rotation by joint position `q[index]` ([`JOINT_NAMES`] order) about the unit `axis`.
+    Revolute {
+        /// Index into the joint positions.
+        index: usize,
+        /// Unit axis in the joint's frame.
+        axis: Vector3<f64>,
+    },
+    /// A translation by `q[index]` along the unit `axis`.
+    Prismatic {
+        /// Index into the joint positions.
+        index: usize,
+        /// Unit axis in the joint's frame.
+        axis: Vector3<f64>,
+    },
+}
+
+/// The joints from the base to one link: each its URDF origin, then its motion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkChain {
+    /// Joints, base first.
+    pub joints: Vec<(Isometry3<f64>, JointMotion)>,
 }
 
 /// Damped least-squares settings.
@@ -168,6 +199,59 @@ fn pose_of(origin: &urdf_rs::Pose) -> Isometry3<f64> {
         Translation3::new(x, y, z),
         UnitQuaternion::from_euler_angles(r, p, yaw),
     )
+}
+
+/// The joints from [`BASE_LINK`] to `link`, base first; movable joints must be in
+/// [`JOINT_NAMES`].
+fn link_chain(
+    robot: &urdf_rs::Robot,
+    by_child: &HashMap<&str, &urdf_rs::Joint>,
+    link: &str,
+) -> Result<LinkChain, String> {
+    let mut joints = Vec::new();
+    let mut at = link;
+    while at != BASE_LINK {
+        let j = by_child.get(at).ok_or_else(|| {
+            format!("link {at:?} has no parent joint on the way to {BASE_LINK:?}")
+        })?;
+        let axis = || {
+            let a = Vector3::from(*j.axis.xyz);
+            let n = a.norm();
+            (n > 0.0 && n.is_finite())
+                .then(|| a / n)
+                .ok_or_else(|| format!("joint {:?} has no axis", j.name))
+        };
+        let index = || {
+            JOINT_NAMES
+                .iter()
+                .position(|n| *n == j.name)
+                .ok_or_else(|| {
+                    format!(
+                        "joint {:?} moves link {link:?} but is not an arm or finger joint",
+                        j.name
+                    )
+                })
+        };
+        let motion = match j.joint_type {
+            urdf_rs::JointType::Fixed => JointMotion::Fixed,
+            urdf_rs::JointType::Revolute => JointMotion::Revolute {
+                index: index()?,
+                axis: axis()?,
+            },
+            urdf_rs::JointType::Prismatic => JointMotion::Prismatic {
+                index: index()?,
+                axis: axis()?,
+            },
+            ref other => return Err(format!("joint {:?} is {other:?}", j.name)),
+        };
+        joints.push((pose_of(&j.origin), motion));
+        at = j.parent.link.as_str();
+        if joints.len() > robot.joints.len() {
+            return Err("the joints form a cycle".into());
+        }
+    }
+    joints.reverse();
+    Ok(LinkChain { joints })
 }
 
 impl PandaModel {
@@ -268,12 +352,43 @@ impl PandaModel {
                 effort: j.limit.effort,
             })
         };
+        let links = ARM_LINKS
+            .iter()
+            .chain(&FINGER_LINKS)
+            .map(|name| link_chain(robot, &by_child, name).map_err(structure))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             chain,
             tcp_offset: pending,
             base: Isometry3::translation(BASE_POSITION[0], BASE_POSITION[1], BASE_POSITION[2]),
             fingers: [finger(JOINT_NAMES[7])?, finger(JOINT_NAMES[8])?],
+            links,
         })
+    }
+
+    /// World poses of the drawn links ([`ARM_LINKS`], then [`FINGER_LINKS`]) at joint
+    /// positions `q` ([`JOINT_NAMES`] order): forward kinematics in f64 over the URDF's
+    /// joints, the same frames as the Rapier bodies' ([`crate::world::World::link_poses`]).
+    pub fn link_poses(&self, q: &[f64; 9]) -> Vec<Isometry3<f64>> {
+        self.links
+            .iter()
+            .map(|link| {
+                let mut t = self.base;
+                for (origin, motion) in &link.joints {
+                    t *= origin;
+                    match *motion {
+                        JointMotion::Fixed => {}
+                        JointMotion::Revolute { index, axis } => {
+                            t *= UnitQuaternion::from_scaled_axis(axis * q[index]);
+                        }
+                        JointMotion::Prismatic { index, axis } => {
+                            t *= Translation3::from(axis * q[index]);
+                        }
+                    }
+                }
+                t
+            })
+            .collect()
     }
 
     /// The TCP pose in the world at arm joint positions `q`.

@@ -9,8 +9,10 @@ use diffrl_core::task::{DatasetInfo, Task, TaskEnv};
 use diffrl_core::{EnvError, Observation, StepResult};
 use rand::Rng as _;
 
-use crate::env::{Tabletop, TabletopConfig, TaskKind};
+use crate::camera::Renderer;
+use crate::env::{ObsMode, Tabletop, TabletopConfig, TaskKind, observed_indices};
 use crate::expert::{ExpertConfig, TabletopExpert, expert_action};
+use crate::pixels::ArmDrawing;
 use crate::stages::TabletopStages;
 
 /// Action component names.
@@ -69,14 +71,22 @@ impl Task for TabletopTask {
         Tabletop::new(c)
     }
 
-    /// State observations are the recorded state itself (noise-free).
-    fn observe_recorded(
-        &self,
-        _config: &TabletopConfig,
-        state: &[f32],
-    ) -> Result<Vec<f32>, String> {
+    fn observation(&self, config: &TabletopConfig) -> String {
+        match config.obs {
+            ObsMode::State => "state",
+            ObsMode::Pixels => "pixels",
+        }
+        .into()
+    }
+
+    /// State observations are the recorded state itself (noise-free); pixels observations'
+    /// state part is its proprioception ([`crate::env::proprio_indices`]).
+    fn observe_recorded(&self, config: &TabletopConfig, state: &[f32]) -> Result<Vec<f32>, String> {
         if state.len() == self.kind.state_dim() {
-            Ok(state.to_vec())
+            Ok(observed_indices(self.kind, config.obs)
+                .into_iter()
+                .map(|i| state[i])
+                .collect())
         } else {
             Err(format!(
                 "holds {}-d states; {} records {} values ({})",
@@ -88,13 +98,30 @@ impl Task for TabletopTask {
         }
     }
 
+    /// The configured `image_size` (in either mode: `render_state` draws recorded states).
+    fn image_size(&self, config: &TabletopConfig) -> Option<u32> {
+        Some(config.image_size)
+    }
+
+    /// Draws a recorded full state ([`Tabletop::true_state`]'s layout) with the default front
+    /// camera, without jitter or tint ([`crate::pixels`]).
+    fn render_state(&self, state: &[f32], size: u32) -> Result<Vec<u8>, String> {
+        let camera = crate::pixels::default_camera(size).map_err(|e| e.to_string())?;
+        let arm = ArmDrawing::shipped()?;
+        let state: Vec<f64> = state.iter().map(|&v| f64::from(v)).collect();
+        let mut renderer = Renderer::new(camera).map_err(|e| e.to_string())?;
+        let frame = crate::pixels::draw_state(&mut renderer, self.kind, &state, &arm)?;
+        Ok(frame.rgb.clone())
+    }
+
     fn randomization_key(&self) -> Option<&'static str> {
         Some("randomize")
     }
 
-    /// Camera jitter and colour jitter only change camera images; the observation is state.
-    fn unobserved(&self, _config: &TabletopConfig, fields: &[String]) -> Option<String> {
-        if fields.is_empty() {
+    /// Camera jitter and colour jitter only change camera images: unobserved by state
+    /// policies; a pixels policy observes every field.
+    fn unobserved(&self, config: &TabletopConfig, fields: &[String]) -> Option<String> {
+        if fields.is_empty() || config.obs == ObsMode::Pixels {
             return None;
         }
         let camera_only = fields.iter().all(|f| {

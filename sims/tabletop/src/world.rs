@@ -582,6 +582,12 @@ impl World {
             .collect()
     }
 
+    /// Each drawn link's bounding box in its own frame: centre and half-extents
+    /// ([`ARM_LINKS`], then the two fingers).
+    pub fn link_local_boxes(&self) -> &[([f64; 3], [f64; 3])] {
+        &self.arm.link_boxes
+    }
+
     /// Each drawn link's local bounding box placed in the world: the box centre's pose and
     /// half-extents ([`ARM_LINKS`], then the two fingers).
     pub fn link_boxes(&self) -> Vec<(Isometry3<f64>, [f64; 3])> {
