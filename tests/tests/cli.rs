@@ -7,6 +7,7 @@ use std::path::Path;
 use diffrl_core::Env;
 use diffrl_core::lerobot::read_dataset;
 use diffrl_core::seeding::derive;
+use diffrl_core::task::Task as _;
 use diffrl_pusht::geometry::Pose;
 use diffrl_pusht::{PushT, Pusher};
 use serde_json::Value;
@@ -486,4 +487,106 @@ fn tabletop_tasks_run_from_their_embedded_configs() {
     }
     let e = cli(&["sim", "pick-cube", "--init-state", "1,2,3", "--expert"]).unwrap_err();
     assert!(e.contains("32"), "{e}");
+}
+
+#[test]
+fn pixel_demos_record_camera_frames_that_a_pixel_policy_trains_on() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("px.toml");
+    std::fs::write(
+        &cfg,
+        "task = \"pick-cube\"\n[run]\nthreads = 2\n[env]\nobs = \"pixels\"\nimage_size = 16\n\
+         max_episode_steps = 12\n[policy.encoder.image]\nchannels = [4]\ngroups = 2\nkeypoints = 4\n\
+         out_dim = 8\n[policy.denoiser]\nhidden = 16\nblocks = 1\n[policy.diffusion]\n\
+         train_steps = 10\ndenoising_steps = 2\n[pretrain]\nsteps = 4\nbatch_size = 8\n\
+         warmup_steps = 1\neval_every = 0\ncheckpoint_every = 4\n[eval]\nepisodes = 2\nenvs = 2\n",
+    )
+    .unwrap();
+    let cfg = cfg.display().to_string();
+    let ds = d.path().join("demos");
+    let dss = ds.display().to_string();
+    cli(&[
+        "demos",
+        "pick-cube",
+        "--config",
+        &cfg,
+        "--episodes",
+        "2",
+        "--out",
+        &dss,
+    ])
+    .unwrap();
+    let data = read_dataset(&ds).unwrap();
+    let frames = data.images.as_ref().expect("camera frames in the dataset");
+    assert_eq!(frames.len(), data.len());
+    assert_eq!((frames[0].height, frames[0].width), (16, 16));
+    // Each frame is what the camera saw at that frame's state (not the next one's).
+    let states = data.column("observation.state").unwrap();
+    for i in [0, 1, data.len() - 1] {
+        let drawn = diffrl_tabletop::task::TabletopTask::PICK_CUBE
+            .render_state(states.row(i), 16)
+            .unwrap();
+        assert!(
+            drawn == frames[i].data,
+            "frame {i} is not its state's image"
+        );
+    }
+    // BC from the frames, then evaluation of the pixel policy in the simulator.
+    let out = d.path().join("bc").display().to_string();
+    let s = cli(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &dss,
+        "--out",
+        &out,
+    ])
+    .unwrap();
+    assert!(s.contains("eval: success"), "{s}");
+    // A state policy on the same dataset ignores the frames; a pixels config without frames
+    // in its dataset is refused with the reason.
+    let state_cfg = d.path().join("state.toml");
+    std::fs::write(
+        &state_cfg,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("obs = \"pixels\"", "obs = \"state\""),
+    )
+    .unwrap();
+    let state_cfg = state_cfg.display().to_string();
+    let out2 = d.path().join("bc_state").display().to_string();
+    cli(&[
+        "pretrain",
+        "--config",
+        &state_cfg,
+        "--dataset",
+        &dss,
+        "--out",
+        &out2,
+    ])
+    .unwrap();
+    let sds = d.path().join("state_demos").display().to_string();
+    cli(&[
+        "demos",
+        "pick-cube",
+        "--config",
+        &state_cfg,
+        "--episodes",
+        "1",
+        "--out",
+        &sds,
+    ])
+    .unwrap();
+    let e = cli(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &sds,
+        "--out",
+        &d.path().join("x").display().to_string(),
+    ])
+    .unwrap_err();
+    assert!(e.contains("no camera frames"), "{e}");
 }

@@ -102,18 +102,32 @@ pub fn pretrain<B: AutodiffBackend>(
     let norm = fit_normalizers(&episodes)
         .with_context(|| format!("checking the dataset {}", dataset.display()))?;
     let env = env_spec(cfg)?;
-    if env.image.is_some() {
+    let frames = episodes
+        .iter()
+        .find_map(|e| e.observations.first())
+        .and_then(|o| o.image.as_ref())
+        .map(|im| [3, im.height as usize, im.width as usize]);
+    if env.image.is_some() && frames.is_none() {
         bail!(
-            "[env].obs = \"pixels\": the dataset {} holds states only; pixel policies need \
-             image frames in the dataset, which diffrl does not record yet",
-            dataset.display()
+            "[env].obs = \"{}\" sees a camera, but the dataset {} holds no camera frames \
+             (observation.image); record one with the same [env] (`diffrl demos {} --config \
+             CONFIG --out DIR`)",
+            cfg.env.observation(),
+            dataset.display(),
+            cfg.task
         );
     }
     let spec = PolicySpec {
         state_dim: norm.state.dim(),
         action_dim: norm.action.dim(),
-        image: None,
+        // A state policy ignores the frames of a dataset recorded with a camera.
+        image: env.image.and(frames),
     };
+    if spec.image.is_none() {
+        for o in episodes.iter_mut().flat_map(|e| e.observations.iter_mut()) {
+            o.image = None;
+        }
+    }
     check_spec(&spec, &env, &format!("the dataset {}", dataset.display()))?;
     let policy = match init {
         None => Policy::<B>::new(cfg.policy.clone(), spec, norm, cfg.run.seed, device)?,

@@ -237,11 +237,25 @@ pub fn train<B: AutodiffBackend>(
             .map(|_| r.random_range(0..data.len))
             .collect();
         let (o, a) = data.gather(&idx);
+        let px = data.gather_images(&idx);
         let b = idx.len();
+        // [rows] of the batch's images as [n, To, C, H, W].
+        let images = |rows: std::ops::Range<usize>| {
+            let (f, px) = (data.images.as_ref()?, px.as_ref()?);
+            let [h, w, c] = f.hwc;
+            let per = to * c * h * w;
+            Some(Tensor::<B, 5>::from_data(
+                TensorData::new(
+                    px[rows.start * per..rows.end * per].to_vec(),
+                    [rows.len(), to, c, h, w],
+                ),
+                &device,
+            ))
+        };
         let (mut grads, loss_v) = if cfg.threads <= 1 {
             let obs = ObsTensors {
                 state: Tensor::<B, 3>::from_data(TensorData::new(o, [b, to, ds]), &device),
-                image: None,
+                image: images(0..b),
             };
             let actions = Tensor::<B, 3>::from_data(TensorData::new(a, [b, tp, da]), &device);
             let loss = policy.bc_loss(&obs, actions, &mut r);
@@ -262,7 +276,7 @@ pub fn train<B: AutodiffBackend>(
                         ),
                         &device,
                     ),
-                    image: None,
+                    image: images(rows.clone()),
                 };
                 let actions = Tensor::<B, 3>::from_data(
                     TensorData::new(

@@ -1,6 +1,7 @@
 //! Behaviour-cloning samples from recorded episodes: for every frame t, the observation window
 //! [t - To + 1, t] (padded with the first frame) and the action chunk [t, t + Tp) (padded with
 //! the last action), both normalised. The first Ta actions of a chunk are the ones executed.
+//! Episodes whose observations carry camera images keep each frame once; samples index them.
 
 use diffrl_core::episode::Episode;
 use diffrl_core::normalize::{Normalizer, RunningStats};
@@ -21,6 +22,19 @@ pub struct ChunkDataset {
     pub obs_shape: [usize; 2],
     /// Tp, Da.
     pub action_shape: [usize; 2],
+    /// The camera frames, when the episodes' observations hold images.
+    pub images: Option<Frames>,
+}
+
+/// Every camera frame of a dataset once, and which frames each sample's window shows.
+#[derive(Debug, Clone)]
+pub struct Frames {
+    /// The frames back to back, each [H, W, C] u8 (row-major HWC, as recorded).
+    pub pixels: Vec<u8>,
+    /// [N, To]: the frame shown at each position of each sample's observation window.
+    pub window: Vec<u32>,
+    /// [H, W, C].
+    pub hwc: [usize; 3],
 }
 
 /// Checks the episodes and returns (state_dim, action_dim).
@@ -30,8 +44,28 @@ pub fn check_episodes(episodes: &[Episode]) -> Result<(usize, usize), LearnError
         .find(|e| !e.is_empty())
         .ok_or_else(|| LearnError::Data("no frames: the dataset is empty".into()))?;
     let (ds, da) = (first.observations[0].state.len(), first.actions[0].len());
+    let size = |o: &diffrl_core::space::Observation| o.image.as_ref().map(|i| (i.height, i.width));
+    let image = size(&first.observations[0]);
     for (e, ep) in episodes.iter().enumerate() {
         for (t, (o, a)) in ep.observations.iter().zip(&ep.actions).enumerate() {
+            if size(o) != image {
+                return Err(LearnError::Data(format!(
+                    "episode {e} frame {t}: image (height, width) {:?}, expected {image:?} as in \
+                     the first frame (None = no image)",
+                    size(o)
+                )));
+            }
+            if let Some(im) = &o.image
+                && im.data.len() != im.height as usize * im.width as usize * 3
+            {
+                return Err(LearnError::Data(format!(
+                    "episode {e} frame {t}: a {}x{} RGB image needs {} bytes, it has {}",
+                    im.height,
+                    im.width,
+                    im.height as usize * im.width as usize * 3,
+                    im.data.len()
+                )));
+            }
             if o.state.len() != ds || a.len() != da {
                 return Err(LearnError::Data(format!(
                     "episode {e} frame {t}: state has {} values and action {} (expected {ds} and {da})",
@@ -82,14 +116,37 @@ impl ChunkDataset {
             )));
         }
         let (mut obs, mut actions) = (Vec::new(), Vec::new());
+        let mut images = episodes
+            .iter()
+            .find_map(|e| e.observations.first())
+            .and_then(|o| o.image.as_ref())
+            .map(|im| Frames {
+                pixels: Vec::new(),
+                window: Vec::new(),
+                hwc: [im.height as usize, im.width as usize, 3],
+            });
         let mut len = 0;
         for ep in episodes.iter().filter(|e| !e.is_empty()) {
             let n = ep.len() as isize;
+            // Index of this episode's first frame in `images.pixels`.
+            let first = images.as_mut().map_or(0, |f| {
+                let per = f.hwc.iter().product::<usize>();
+                let first = f.pixels.len() / per;
+                for o in &ep.observations {
+                    if let Some(im) = &o.image {
+                        f.pixels.extend_from_slice(&im.data);
+                    }
+                }
+                first
+            });
             for t in 0..n {
                 for j in (t - obs_horizon as isize + 1)..=t {
                     let mut s = ep.observations[j.max(0) as usize].state.clone();
                     norm.state.normalize(&mut s);
                     obs.extend(s);
+                    if let Some(f) = images.as_mut() {
+                        f.window.push((first + j.max(0) as usize) as u32);
+                    }
                 }
                 for j in t..t + pred_horizon as isize {
                     let mut a = ep.actions[j.min(n - 1) as usize].clone();
@@ -105,7 +162,24 @@ impl ChunkDataset {
             len,
             obs_shape: [obs_horizon, ds],
             action_shape: [pred_horizon, da],
+            images,
         })
+    }
+
+    /// The camera frames of samples `idx` as the [B, To, C, H, W] floats in [0, 1] that
+    /// [`diffrl_policy::encoder::ObsTensors::image`] holds (None without images).
+    pub fn gather_images(&self, idx: &[usize]) -> Option<Vec<f32>> {
+        let f = self.images.as_ref()?;
+        let per = f.hwc.iter().product::<usize>();
+        let to = self.obs_shape[0];
+        let mut px = Vec::with_capacity(idx.len() * to * per);
+        for &i in idx {
+            for &frame in &f.window[i * to..(i + 1) * to] {
+                let start = frame as usize * per;
+                px.extend_from_slice(&f.pixels[start..start + per]);
+            }
+        }
+        Some(diffrl_policy::policy::pixels_to_chw(&px, f.hwc))
     }
 
     /// Gathers rows `idx` into (obs [B, To, Ds], actions [B, Tp, Da]) flat buffers.
@@ -161,6 +235,44 @@ mod tests {
         let (o, a) = d.gather(&[0, 3]);
         assert_eq!(o, vec![0.0, 0.0, 0.0, 0.0, 2.0, 0.0, 3.0, 0.0]);
         assert_eq!(a, vec![0.0, 2.0, 4.0, 6.0, 6.0, 6.0]);
+    }
+
+    #[test]
+    fn windows_index_each_frame_once_and_pad_with_the_first() {
+        let framed = |n: usize, base: u8| {
+            let mut e = episode(n);
+            for (t, o) in e.observations.iter_mut().enumerate() {
+                // A 1x2 image whose red channel tells the frame.
+                o.image = Some(diffrl_core::space::ImageObs {
+                    height: 1,
+                    width: 2,
+                    data: vec![base + t as u8, 0, 0, 0, 255, 0],
+                });
+            }
+            e
+        };
+        let norm = fit_normalizers(&[episode(3)]).unwrap();
+        let d = ChunkDataset::build(&[framed(3, 0), framed(2, 100)], 2, 1, &norm).unwrap();
+        let f = d.images.as_ref().unwrap();
+        assert_eq!((f.hwc, f.pixels.len()), ([1, 2, 3], 5 * 6));
+        // Sample 3 is the second episode's first frame: its window repeats that frame.
+        assert_eq!(f.window, vec![0, 0, 0, 1, 1, 2, 3, 3, 3, 4]);
+        let px = d.gather_images(&[3, 1]).unwrap();
+        // [B, To, C, H, W]: red of both pixels, green, blue, per frame.
+        let red = |v: u8| f32::from(v) / 255.0;
+        assert_eq!(px.len(), 2 * 2 * 6);
+        assert_eq!(&px[..6], &[red(100), 0.0, 0.0, 1.0, 0.0, 0.0]);
+        assert_eq!((px[12], px[18]), (red(0), red(1)));
+        // A frame without an image, or of another size, is named.
+        let mut bad = framed(2, 0);
+        bad.observations[1].image = None;
+        let err = check_episodes(&[framed(1, 0), bad])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("episode 1 frame 1"), "{err}");
+        // Episodes without images build a dataset without frames.
+        let plain = ChunkDataset::build(&[episode(2)], 1, 1, &norm).unwrap();
+        assert!(plain.images.is_none() && plain.gather_images(&[0]).is_none());
     }
 
     #[test]

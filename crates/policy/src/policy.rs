@@ -27,6 +27,23 @@ impl<B: Backend> ModuleVisitor<B> for Materialise {
     }
 }
 
+/// Frames of `hwc` = [H, W, C] u8 pixels, row-major HWC and back to back, as the [C, H, W]
+/// floats in [0, 1] that [`ObsTensors::image`] holds, frame after frame.
+pub fn pixels_to_chw(px: &[u8], hwc: [usize; 3]) -> Vec<f32> {
+    let [h, w, c] = hwc;
+    let per = h * w * c;
+    let mut chw = vec![0f32; px.len()];
+    for (f, frame) in px.chunks(per).enumerate() {
+        let out = &mut chw[f * per..(f + 1) * per];
+        for (p, rgb) in frame.chunks(c).enumerate() {
+            for (ch, &v) in rgb.iter().enumerate() {
+                out[ch * h * w + p] = f32::from(v) / 255.0;
+            }
+        }
+    }
+    chw
+}
+
 /// Builds a module whose initial weights depend only on `seed`.
 ///
 /// Burn draws initial weights from one process-wide generator (seeded by `Backend::seed`,
@@ -304,18 +321,8 @@ impl<B: Backend> Policy<B> {
                         got: px.len(),
                     });
                 }
-                // HWC u8 -> CHW float in [0, 1].
-                let mut chw = vec![0f32; px.len()];
-                for (f, frame) in px.chunks(per).enumerate() {
-                    let out = &mut chw[f * per..(f + 1) * per];
-                    for (p, rgb) in frame.chunks(c).enumerate() {
-                        for (ch, &v) in rgb.iter().enumerate() {
-                            out[ch * h * w + p] = f32::from(v) / 255.0;
-                        }
-                    }
-                }
                 Some(Tensor::from_data(
-                    TensorData::new(chw, [b, to, c, h, w]),
+                    TensorData::new(pixels_to_chw(px, [h, w, c]), [b, to, c, h, w]),
                     device,
                 ))
             }

@@ -21,7 +21,7 @@ use diffrl_core::fs::write_atomic;
 use diffrl_core::lerobot::read_dataset;
 use diffrl_core::record::{NoRecorder, Recorder};
 use diffrl_core::seeding::{Rng, derive, rng};
-use diffrl_core::space::{BoxSpace, Observation, ObservationSpace};
+use diffrl_core::space::{BoxSpace, ImageObs, Observation, ObservationSpace};
 use diffrl_core::task::{Expert, TaskEnv};
 use diffrl_core::vec_env::{AutoReset, VecEnv};
 use diffrl_core::{EnvError, Episode};
@@ -54,6 +54,8 @@ pub struct Relabel {
     pub done: Vec<Episode>,
     /// Sum over recorded steps of the distance (px) between the executed and the expert's action.
     disagreement: f64,
+    /// The camera frame of the current observation, recorded with the next step.
+    frame: Option<ImageObs>,
 }
 
 impl Relabel {
@@ -79,6 +81,7 @@ impl Relabel {
             current: Episode::default(),
             done: Vec::new(),
             disagreement: 0.0,
+            frame: None,
         })
     }
 }
@@ -103,7 +106,9 @@ impl Env for Relabel {
             task: Some(self.instruction.clone()),
             ..Episode::default()
         };
-        self.env.reset(seed)
+        let obs = self.env.reset(seed);
+        self.frame = obs.image.clone();
+        obs
     }
     fn step(&mut self, action: &[f32]) -> Result<StepResult, EnvError> {
         let state = self.env.true_state().iter().map(|&v| v as f32).collect();
@@ -124,8 +129,13 @@ impl Env for Relabel {
                     .sqrt(),
             );
         }
+        let frame = std::mem::replace(&mut self.frame, r.obs.image.clone());
         self.current.push(
-            Observation::state(state),
+            Observation {
+                state,
+                image: frame,
+                text: None,
+            },
             label,
             r.reward,
             r.info.score,
@@ -142,7 +152,9 @@ impl Env for Relabel {
         self.env.snapshot()
     }
     fn restore(&mut self, snapshot: &Self::Snapshot) -> Observation {
-        self.env.restore(snapshot)
+        let obs = self.env.restore(snapshot);
+        self.frame = obs.image.clone();
+        obs
     }
     fn observe(&mut self) -> Observation {
         self.env.observe()

@@ -59,11 +59,12 @@ pub fn expert_episode(
     noise_px: f64,
     mut on_step: impl FnMut(&DynEnv, &[f32], &diffrl_core::StepResult),
 ) -> anyhow::Result<Episode> {
-    env.reset(seed);
+    let obs = env.reset(seed);
     expert.reset(derive(seed, EXPERT_STREAM));
     let mut noise = Dart::new(noise_px, derive(seed, DART_STREAM));
     run_expert_from_current(
         env,
+        obs,
         expert,
         instruction,
         Some(seed),
@@ -105,10 +106,13 @@ impl Dart {
     }
 }
 
-/// Runs the expert from `env`'s current state until the episode ends; episodes record the
-/// expert's labels, the environment gets them through `noise`.
+/// Runs the expert from `env`'s current state, whose observation is `obs`, until the episode
+/// ends. Episodes record the full state ([`DynEnv::true_state`]), the camera frame when the
+/// environment observes one, and the expert's labels; the environment gets them through
+/// `noise`.
 pub fn run_expert_from_current(
     env: &mut DynEnv,
+    mut obs: Observation,
     expert: &mut DynExpert,
     instruction: &str,
     seed: Option<u64>,
@@ -126,13 +130,12 @@ pub fn run_expert_from_current(
         let action = expert.act(env);
         let r = env.step(&noise.perturb(&action, &space))?;
         on_step(env, &action, &r);
-        ep.push(
-            Observation::state(state),
-            action,
-            r.reward,
-            r.info.score,
-            r.info.success,
-        );
+        let seen = Observation {
+            state,
+            image: std::mem::replace(&mut obs, r.obs.clone()).image,
+            text: None,
+        };
+        ep.push(seen, action, r.reward, r.info.score, r.info.success);
         if r.terminated || r.truncated {
             ep.terminated = r.terminated;
             ep.truncated = r.truncated;

@@ -180,6 +180,7 @@ pub fn run(
             let mut err = None;
             run_expert_from_current(
                 &mut env,
+                obs,
                 &mut expert,
                 &cfg.env.task().dataset().instruction,
                 args.seed,
