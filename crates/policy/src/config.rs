@@ -68,7 +68,7 @@ impl Default for PolicyConfig {
             kind: PolicyKind::Diffusion,
             obs_horizon: 1,
             pred_horizon: 4,
-            action_horizon: 2,
+            action_horizon: 4,
             encoder: EncoderConfig::default(),
             denoiser: DenoiserConfig::default(),
             diffusion: DiffusionConfig::default(),
