@@ -201,10 +201,33 @@ impl FeatureStats {
     }
 }
 
+/// Appends one component's LeRobot statistics to `stats`: `[min, max, mean, std]`, then the
+/// quantiles q01, q10, q50, q90 and q99 from `q`, each divided by `divisor`.
+fn push_stats(
+    stats: &mut BTreeMap<&'static str, Vec<f64>>,
+    [min, max, mean, std]: [f64; 4],
+    q: impl Fn(f64) -> f64,
+    divisor: f64,
+) {
+    for (k, x) in [
+        ("min", min),
+        ("max", max),
+        ("mean", mean),
+        ("std", std),
+        ("q01", q(0.01)),
+        ("q10", q(0.10)),
+        ("q50", q(0.50)),
+        ("q90", q(0.90)),
+        ("q99", q(0.99)),
+    ] {
+        stats.entry(k).or_default().push(x / divisor);
+    }
+}
+
 /// Per-component statistics in LeRobot's format.
 fn feature_stats(col: &Column) -> FeatureStats {
     let n = col.len();
-    let mut stats: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut stats: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     for d in 0..col.dim {
         let mut v: Vec<f64> = (0..n).map(|i| col.data[i * col.dim + d] as f64).collect();
         v.sort_by(f64::total_cmp);
@@ -214,19 +237,11 @@ fn feature_stats(col: &Column) -> FeatureStats {
             // Linear interpolation between order statistics (numpy's default quantile).
             crate::stats::linear_quantile(&v, p).unwrap_or(0.0)
         };
-        for (k, x) in [
-            ("min", v.first().copied().unwrap_or(0.0)),
-            ("max", v.last().copied().unwrap_or(0.0)),
-            ("mean", mean),
-            ("std", var.sqrt()),
-            ("q01", q(0.01)),
-            ("q10", q(0.10)),
-            ("q50", q(0.50)),
-            ("q90", q(0.90)),
-            ("q99", q(0.99)),
-        ] {
-            stats.entry(k).or_default().push(x);
-        }
+        let (min, max) = (
+            v.first().copied().unwrap_or(0.0),
+            v.last().copied().unwrap_or(0.0),
+        );
+        push_stats(&mut stats, [min, max, mean, var.sqrt()], q, 1.0);
     }
     FeatureStats {
         shape: vec![col.dim],
@@ -248,7 +263,7 @@ fn image_stats(images: &[&ImageObs]) -> FeatureStats {
             }
         }
     }
-    let mut stats: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut stats: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     for h in &histogram {
         let n: u64 = h.iter().sum();
         // The k-th smallest pixel value (0-based).
@@ -290,19 +305,7 @@ fn image_stats(images: &[&ImageObs]) -> FeatureStats {
             (Some(lo), Some(hi)) => (lo as f64, hi as f64),
             _ => (0.0, 0.0),
         };
-        for (k, x) in [
-            ("min", min),
-            ("max", max),
-            ("mean", mean),
-            ("std", var.sqrt()),
-            ("q01", q(0.01)),
-            ("q10", q(0.10)),
-            ("q50", q(0.50)),
-            ("q90", q(0.90)),
-            ("q99", q(0.99)),
-        ] {
-            stats.entry(k).or_default().push(x / 255.0);
-        }
+        push_stats(&mut stats, [min, max, mean, var.sqrt()], q, 255.0);
     }
     FeatureStats {
         shape: vec![3, 1, 1],
