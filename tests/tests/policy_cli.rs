@@ -178,9 +178,12 @@ fn pretrain_error(dir: &Path, from: &str, to: &str) -> String {
 fn bad_inputs_name_their_cause() {
     let d = tempfile::tempdir().unwrap();
     // An observation mode the dataset cannot feed (keypoints are computed from recorded
-    // states; images are not recorded).
+    // states; the shipped dataset has no camera frames).
     let e = pretrain_error(d.path(), "[env]\n", "[env]\nobs = \"pixels\"\n");
-    assert!(e.contains("pixels") && e.contains("states only"), "{e}");
+    assert!(
+        e.contains("pixels") && e.contains("no camera frames"),
+        "{e}"
+    );
     // Unknown denoiser name.
     let e = pretrain_error(
         d.path(),
