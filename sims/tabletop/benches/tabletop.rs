@@ -13,23 +13,28 @@ use diffrl_core::Env;
 use diffrl_tabletop::env::{ObsMode, Tabletop, TaskKind};
 use diffrl_tabletop::expert::{ExpertConfig, TabletopExpert};
 
+/// Times one control step of `env` driven by the expert, resetting to a new seed whenever an
+/// episode ends.
+fn expert_steps(b: &mut criterion::Bencher, mut env: Tabletop) {
+    let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
+    let mut episode = 0u64;
+    b.iter(|| {
+        let a = expert.act(&env);
+        let r = env.step(&a).unwrap();
+        if r.terminated || r.truncated {
+            episode += 1;
+            env.reset(episode);
+        }
+        r.reward
+    });
+}
+
 fn step(c: &mut Criterion) {
     let mut g = c.benchmark_group("tabletop_step");
     g.throughput(Throughput::Elements(1));
     for kind in TaskKind::ALL {
         g.bench_function(BenchmarkId::from_parameter(kind.name()), |b| {
-            let mut env = Tabletop::builder().kind(kind).build().unwrap();
-            let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
-            let mut episode = 0u64;
-            b.iter(|| {
-                let a = expert.act(&env);
-                let r = env.step(&a).unwrap();
-                if r.terminated || r.truncated {
-                    episode += 1;
-                    env.reset(episode);
-                }
-                r.reward
-            });
+            expert_steps(b, Tabletop::builder().kind(kind).build().unwrap());
         });
     }
     g.finish();
@@ -40,23 +45,13 @@ fn step_pixels(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     for size in [64, 128] {
         g.bench_function(BenchmarkId::from_parameter(size), |b| {
-            let mut env = Tabletop::builder()
+            let env = Tabletop::builder()
                 .kind(TaskKind::PickCube)
                 .obs(ObsMode::Pixels)
                 .image_size(size)
                 .build()
                 .unwrap();
-            let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
-            let mut episode = 0u64;
-            b.iter(|| {
-                let a = expert.act(&env);
-                let r = env.step(&a).unwrap();
-                if r.terminated || r.truncated {
-                    episode += 1;
-                    env.reset(episode);
-                }
-                r.reward
-            });
+            expert_steps(b, env);
         });
     }
     g.finish();

@@ -112,7 +112,7 @@ impl Dart {
 /// `noise`.
 pub fn run_expert_from_current(
     env: &mut DynEnv,
-    mut obs: Observation,
+    obs: Observation,
     expert: &mut DynExpert,
     instruction: &str,
     seed: Option<u64>,
@@ -125,6 +125,8 @@ pub fn run_expert_from_current(
         ..Episode::default()
     };
     let space = env.action_space();
+    // The camera frame of the current observation, recorded with the next step.
+    let mut frame = obs.image;
     loop {
         let state = env.true_state().iter().map(|&v| v as f32).collect();
         let action = expert.act(env);
@@ -132,7 +134,7 @@ pub fn run_expert_from_current(
         on_step(env, &action, &r);
         let seen = Observation {
             state,
-            image: std::mem::replace(&mut obs, r.obs.clone()).image,
+            image: std::mem::replace(&mut frame, r.obs.image.clone()),
             text: None,
         };
         ep.push(seen, action, r.reward, r.info.score, r.info.success);
