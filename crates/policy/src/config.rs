@@ -99,27 +99,79 @@ impl Default for EncoderConfig {
     }
 }
 
-/// Small ResNet-style CNN with GroupNorm and a spatial-softmax head.
+/// Which image encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImageEncoderKind {
+    /// Small ResNet-style CNN with GroupNorm and a spatial-softmax head (`vision.rs`).
+    #[default]
+    Cnn,
+    /// Non-overlapping patches through a shared MLP and a linear read-out (`patches.rs`).
+    Patches,
+}
+
+impl ImageEncoderKind {
+    fn is_cnn(&self) -> bool {
+        *self == Self::Cnn
+    }
+}
+
+/// The image encoder: a small ResNet-style CNN with GroupNorm and a spatial-softmax head
+/// (`kind = "cnn"`, default), or patch embeddings with a linear read-out (`kind = "patches"`).
+/// The patch keys are left out of a CNN config's serialised form, so CNN checkpoints and run
+/// fingerprints are unchanged by their existence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ImageEncoderConfig {
-    /// Channels of each residual stage (each stage halves the resolution).
+    /// `cnn` or `patches`.
+    #[serde(skip_serializing_if = "ImageEncoderKind::is_cnn")]
+    pub kind: ImageEncoderKind,
+    /// CNN: channels of each residual stage (each stage halves the resolution).
     pub channels: Vec<usize>,
-    /// GroupNorm groups (must divide every channel count).
+    /// CNN: GroupNorm groups (must divide every channel count).
     pub groups: usize,
-    /// Keypoints of the spatial-softmax head (2 features each).
+    /// CNN: keypoints of the spatial-softmax head (2 features each).
     pub keypoints: usize,
     /// Output feature width per frame.
     pub out_dim: usize,
+    /// Patches: side of a square patch in pixels (images are zero-padded to a multiple).
+    #[serde(skip_serializing_if = "is_default_patch_size")]
+    pub patch_size: usize,
+    /// Patches: width of the patch MLP's hidden layer (and of the position embedding).
+    #[serde(skip_serializing_if = "is_default_patch_hidden")]
+    pub patch_hidden: usize,
+    /// Patches: features per patch fed to the read-out.
+    #[serde(skip_serializing_if = "is_default_token_dim")]
+    pub token_dim: usize,
+}
+
+const DEFAULT_PATCH_SIZE: usize = 8;
+const DEFAULT_PATCH_HIDDEN: usize = 64;
+const DEFAULT_TOKEN_DIM: usize = 32;
+
+fn is_default_patch_size(v: &usize) -> bool {
+    *v == DEFAULT_PATCH_SIZE
+}
+
+fn is_default_patch_hidden(v: &usize) -> bool {
+    *v == DEFAULT_PATCH_HIDDEN
+}
+
+fn is_default_token_dim(v: &usize) -> bool {
+    *v == DEFAULT_TOKEN_DIM
 }
 
 impl Default for ImageEncoderConfig {
     fn default() -> Self {
         Self {
+            kind: ImageEncoderKind::Cnn,
             channels: vec![16, 32, 64],
             groups: 8,
             keypoints: 32,
             out_dim: 64,
+            patch_size: DEFAULT_PATCH_SIZE,
+            patch_hidden: DEFAULT_PATCH_HIDDEN,
+            token_dim: DEFAULT_TOKEN_DIM,
         }
     }
 }
@@ -271,6 +323,17 @@ impl Validate for PolicyConfig {
         )?;
         ensure(im.keypoints >= 1, "encoder.image.keypoints", "must be >= 1")?;
         ensure(im.out_dim >= 1, "encoder.image.out_dim", "must be >= 1")?;
+        ensure(
+            (1..=64).contains(&im.patch_size),
+            "encoder.image.patch_size",
+            format!("must be in 1..=64 pixels, got {}", im.patch_size),
+        )?;
+        ensure(
+            im.patch_hidden >= 1,
+            "encoder.image.patch_hidden",
+            "must be >= 1",
+        )?;
+        ensure(im.token_dim >= 1, "encoder.image.token_dim", "must be >= 1")?;
         let d = &self.denoiser;
         ensure(d.hidden >= 1, "denoiser.hidden", "must be >= 1")?;
         ensure(
@@ -350,5 +413,35 @@ impl Validate for PolicyConfig {
             "needs 0 < min_std <= init_std",
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CNN config serialises as it did before the patch encoder existed, so CNN checkpoints'
+    /// configs and the run fingerprints that hash them stay the same; a patches config keeps
+    /// its kind and its non-default patch keys.
+    #[test]
+    fn patch_keys_are_serialised_only_for_patch_encoders() {
+        let cnn = serde_json::to_value(ImageEncoderConfig::default()).unwrap();
+        let keys: Vec<&str> = cnn
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["channels", "groups", "keypoints", "out_dim"]);
+        let patches = ImageEncoderConfig {
+            kind: ImageEncoderKind::Patches,
+            patch_size: 4,
+            ..ImageEncoderConfig::default()
+        };
+        let v = serde_json::to_value(&patches).unwrap();
+        assert_eq!(v["kind"], "patches");
+        assert_eq!(v["patch_size"], 4);
+        let back: ImageEncoderConfig = serde_json::from_value(v).unwrap();
+        assert_eq!(back, patches);
     }
 }

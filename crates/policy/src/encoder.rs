@@ -5,8 +5,9 @@ use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
-use crate::config::{Activation, EncoderConfig};
+use crate::config::{Activation, EncoderConfig, ImageEncoderKind};
 use crate::nn::{Mlp, activate};
+use crate::patches::PatchEncoder;
 use crate::vision::ImageEncoder;
 
 /// What the policy observes, in the shapes the networks need (already normalised).
@@ -23,6 +24,7 @@ pub struct ObsTensors<B: Backend> {
 pub struct ObsEncoder<B: Backend> {
     state_mlp: Option<Mlp<B>>,
     image: Option<ImageEncoder<B>>,
+    patches: Option<PatchEncoder<B>>,
     #[module(skip)]
     act: Activation,
     #[module(skip)]
@@ -51,8 +53,14 @@ impl<B: Backend> ObsEncoder<B> {
             widths.push(cfg.state_out);
             (Some(Mlp::new(&widths, act, device)), cfg.state_out)
         };
-        let image = image.map(|(c, h, w)| ImageEncoder::new(c, h, w, &cfg.image, device));
-        let image_out = if image.is_some() {
+        let patches_kind = cfg.image.kind == ImageEncoderKind::Patches;
+        let patches = image
+            .filter(|_| patches_kind)
+            .map(|(c, h, w)| PatchEncoder::new(c, h, w, &cfg.image, device));
+        let image = image
+            .filter(|_| !patches_kind)
+            .map(|(c, h, w)| ImageEncoder::new(c, h, w, &cfg.image, device));
+        let image_out = if image.is_some() || patches.is_some() {
             obs_horizon * cfg.image.out_dim
         } else {
             0
@@ -60,6 +68,7 @@ impl<B: Backend> ObsEncoder<B> {
         Self {
             state_mlp,
             image,
+            patches,
             act,
             out_dim: state_out + image_out,
         }
@@ -72,7 +81,7 @@ impl<B: Backend> ObsEncoder<B> {
 
     /// Whether the encoder expects images.
     pub fn uses_images(&self) -> bool {
-        self.image.is_some()
+        self.image.is_some() || self.patches.is_some()
     }
 
     /// [B, cond_dim] condition.
@@ -82,14 +91,17 @@ impl<B: Backend> ObsEncoder<B> {
         if let Some(mlp) = &self.state_mlp {
             cond = activate(self.act, mlp.forward(cond));
         }
-        match (&self.image, &obs.image) {
-            (Some(enc), Some(img)) => {
-                let [b, to, c, h, w] = img.dims();
-                let feats = enc.forward(img.clone().reshape([b * to, c, h, w]));
-                let d = feats.dims()[1];
-                Tensor::cat(vec![cond, feats.reshape([b, to * d])], 1)
-            }
-            _ => cond,
-        }
+        let Some(img) = &obs.image else {
+            return cond;
+        };
+        let [b, to, c, h, w] = img.dims();
+        let frames = img.clone().reshape([b * to, c, h, w]);
+        let feats = match (&self.image, &self.patches) {
+            (Some(enc), _) => enc.forward(frames),
+            (None, Some(enc)) => enc.forward(frames),
+            (None, None) => return cond,
+        };
+        let d = feats.dims()[1];
+        Tensor::cat(vec![cond, feats.reshape([b, to * d])], 1)
     }
 }

@@ -13,6 +13,7 @@ pub mod encoder;
 pub mod error;
 pub mod gaussian;
 pub mod nn;
+pub mod patches;
 pub mod policy;
 pub mod schedule;
 pub mod unet;

@@ -196,6 +196,7 @@ mod tests {
             groups: 4,
             keypoints: 6,
             out_dim: 10,
+            ..ImageEncoderConfig::default()
         }
     }
 

@@ -6,6 +6,7 @@ mod common;
 use burn::tensor::{Tensor, TensorData};
 use common::*;
 use diffrl_core::seeding::rng;
+use diffrl_policy::config::ImageEncoderKind;
 use diffrl_policy::diffusion::step_logp;
 use diffrl_policy::schedule::{Schedule, chain_timesteps};
 use diffrl_policy::{ObsBatch, Policy, PolicyModel, SampleMode};
@@ -284,52 +285,56 @@ fn early_steps_run_the_frozen_copy_only_before_the_last_k_prime() {
     assert_ne!(steps(&mixed, 3..5), steps(&theirs, 3..5));
 }
 
+/// Both image encoders (CNN and patches) take images, refuse missing or short ones, and
+/// survive a checkpoint round trip.
 #[test]
 fn pixel_policies_take_images() {
     let device = Default::default();
-    let mut cfg = tiny_config(3);
-    cfg.encoder.image.channels = vec![8];
-    cfg.encoder.image.keypoints = 4;
-    cfg.encoder.image.out_dim = 8;
-    let spec = diffrl_policy::PolicySpec {
-        state_dim: 3,
-        action_dim: 2,
-        image: Some([3, 12, 12]),
-    };
-    let p = Policy::<B>::new(cfg, spec, norm(), 0, &device).unwrap();
-    let mut o = obs(2);
-    let missing = p.act(
-        None,
-        &o,
-        SampleMode::Deterministic,
-        false,
-        &mut rng(0),
-        &device,
-    );
-    assert!(missing.unwrap_err().to_string().contains("no image"));
-    o.image = Some((0..2 * 2 * 12 * 12 * 3).map(|i| (i % 251) as u8).collect());
-    let a = p
-        .act(
-            None,
-            &o,
-            SampleMode::Deterministic,
-            false,
-            &mut rng(0),
-            &device,
-        )
-        .unwrap();
-    assert_eq!(a.actions.len(), 2 * 4 * 2);
-    assert!(a.actions.iter().all(|v| v.is_finite()));
-    o.image.as_mut().unwrap().pop();
-    let short = p.act(
-        None,
-        &o,
-        SampleMode::Deterministic,
-        false,
-        &mut rng(0),
-        &device,
-    );
-    assert!(short.unwrap_err().to_string().contains("observation.image"));
+    let dir = tempfile::tempdir().unwrap();
+    for kind in [ImageEncoderKind::Cnn, ImageEncoderKind::Patches] {
+        let mut cfg = tiny_config(3);
+        cfg.encoder.image.kind = kind;
+        cfg.encoder.image.channels = vec![8];
+        cfg.encoder.image.keypoints = 4;
+        cfg.encoder.image.out_dim = 8;
+        cfg.encoder.image.patch_size = 5;
+        let spec = diffrl_policy::PolicySpec {
+            state_dim: 3,
+            action_dim: 2,
+            image: Some([3, 12, 12]),
+        };
+        let p = Policy::<B>::new(cfg, spec, norm(), 0, &device).unwrap();
+        let mut o = obs(2);
+        let act = |p: &Policy<B>, o: &ObsBatch| {
+            p.act(
+                None,
+                o,
+                SampleMode::Deterministic,
+                false,
+                &mut rng(0),
+                &device,
+            )
+        };
+        let missing = act(&p, &o);
+        assert!(
+            missing.unwrap_err().to_string().contains("no image"),
+            "{kind:?}"
+        );
+        o.image = Some((0..2 * 2 * 12 * 12 * 3).map(|i| (i % 251) as u8).collect());
+        let a = act(&p, &o).unwrap();
+        assert_eq!(a.actions.len(), 2 * 4 * 2);
+        assert!(a.actions.iter().all(|v| v.is_finite()));
+        let path = dir.path().join(format!("{kind:?}"));
+        diffrl_policy::checkpoint::save(&p, &path, serde_json::json!({})).unwrap();
+        let (q, _) = diffrl_policy::checkpoint::load::<B>(&path, &device).unwrap();
+        assert_eq!(act(&q, &o).unwrap().actions, a.actions, "{kind:?}");
+        o.image.as_mut().unwrap().pop();
+        let short = act(&p, &o);
+        assert!(
+            short.unwrap_err().to_string().contains("observation.image"),
+            "{kind:?}"
+        );
+    }
 }
 
 #[test]

@@ -112,6 +112,7 @@ impl Default for ProgressConfig {
                 groups: 8,
                 keypoints: 16,
                 out_dim: 32,
+                ..ImageEncoderConfig::default()
             },
         }
     }
@@ -157,6 +158,12 @@ impl Validate for ProgressConfig {
                 "image_encoder",
                 "channels must be non-empty multiples of groups; groups, keypoints and out_dim \
                  at least 1",
+            );
+        }
+        if e.kind != diffrl_policy::config::ImageEncoderKind::Cnn {
+            return bad(
+                "image_encoder.kind",
+                "the progress model reads images through the CNN only (kind = \"cnn\")",
             );
         }
         Ok(())

@@ -208,6 +208,7 @@ fn image_model_learns_progress_from_pixels() {
             groups: 4,
             keypoints: 4,
             out_dim: 8,
+            ..ImageEncoderConfig::default()
         },
         batch_size: 32,
         steps: 150,

@@ -1,0 +1,193 @@
+//! Patch image encoder: the image cut into non-overlapping P x P patches (ViT's patch
+//! embedding), each patch through the same two-layer MLP, a learned embedding per patch
+//! position, and a linear read-out over all patch features. Every layer is a matrix product,
+//! which Burn's CPU backend runs several times faster per image than the CNN's convolutions
+//! (docs/policy.md, "Patch image encoder"), and the read-out keeps where in the image each
+//! feature was found.
+//!
+//! ```text
+//! x      = 2 * image - 1, zero-padded to multiples of P        [N, C, H', W']
+//! tokens = flatten each P x P patch                             [N, T, C*P*P], T = H'W'/P^2
+//! h      = GELU(Linear(tokens) + pos)                            [N, T, hidden]
+//! f      = GELU(Linear(h))                                       [N, T, token_dim]
+//! out    = Linear(flatten(f))                                    [N, out_dim]
+//! ```
+
+use burn::module::{Module, Param};
+use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, activation};
+
+use crate::config::ImageEncoderConfig;
+
+/// The patch encoder: [N, C, H, W] in [0, 1] -> [N, out_dim]. See the module documentation.
+#[derive(Module, Debug)]
+pub struct PatchEncoder<B: Backend> {
+    embed: Linear<B>,
+    pos: Param<Tensor<B, 2>>,
+    mix: Linear<B>,
+    head: Linear<B>,
+    #[module(skip)]
+    input_shape: [usize; 3],
+    #[module(skip)]
+    patch: usize,
+}
+
+impl<B: Backend> PatchEncoder<B> {
+    /// An encoder for images of `in_channels` x `height` x `width`.
+    ///
+    /// # Panics
+    /// If `cfg.patch_size` is 0 (rejected by `PolicyConfig::validate`).
+    pub fn new(
+        in_channels: usize,
+        height: usize,
+        width: usize,
+        cfg: &ImageEncoderConfig,
+        device: &B::Device,
+    ) -> Self {
+        let p = cfg.patch_size;
+        assert!(p >= 1, "encoder.image.patch_size must be >= 1");
+        let tokens = height.div_ceil(p) * width.div_ceil(p);
+        let pos = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        }
+        .init([tokens, cfg.patch_hidden], device);
+        Self {
+            embed: LinearConfig::new(in_channels * p * p, cfg.patch_hidden).init(device),
+            pos,
+            mix: LinearConfig::new(cfg.patch_hidden, cfg.token_dim).init(device),
+            head: LinearConfig::new(tokens * cfg.token_dim, cfg.out_dim).init(device),
+            input_shape: [in_channels, height, width],
+            patch: p,
+        }
+    }
+
+    /// [N, C, H, W] -> [N, T, C*P*P], patches in row-major order, each patch's values in
+    /// (channel, row, column) order.
+    fn patchify(&self, images: Tensor<B, 4>) -> Tensor<B, 3> {
+        let [n, c, h, w] = images.dims();
+        let p = self.patch;
+        let (hp, wp) = (h.div_ceil(p), w.div_ceil(p));
+        let x = if hp * p != h || wp * p != w {
+            images.pad((0, wp * p - w, 0, hp * p - h), 0.0)
+        } else {
+            images
+        };
+        x.reshape([n, c, hp, p, wp, p])
+            .permute([0, 2, 4, 1, 3, 5])
+            .reshape([n, hp * wp, c * p * p])
+    }
+
+    /// [N, C, H, W] floats in [0, 1] -> [N, out_dim].
+    ///
+    /// # Panics
+    /// If the images are not C x H x W as given to [`PatchEncoder::new`].
+    pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let [n, c, h, w] = images.dims();
+        assert_eq!(
+            [c, h, w],
+            self.input_shape,
+            "PatchEncoder built for [C, H, W] = {:?} got images of {:?}",
+            self.input_shape,
+            [c, h, w]
+        );
+        let tokens = self.patchify(images.mul_scalar(2.0).sub_scalar(1.0));
+        let h = activation::gelu(self.embed.forward(tokens) + self.pos.val().unsqueeze::<3>());
+        let f = activation::gelu(self.mix.forward(h));
+        let [_, t, d] = f.dims();
+        self.head.forward(f.reshape([n, t * d]))
+    }
+
+    /// Output feature width.
+    pub fn out_dim(&self) -> usize {
+        self.head.weight.dims()[1]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, Flex};
+    use burn::tensor::{Distribution, TensorData};
+
+    use super::*;
+
+    type Cpu = Flex;
+
+    fn cfg() -> ImageEncoderConfig {
+        ImageEncoderConfig {
+            patch_size: 4,
+            patch_hidden: 12,
+            token_dim: 5,
+            out_dim: 7,
+            ..ImageEncoderConfig::default()
+        }
+    }
+
+    #[test]
+    fn patchify_orders_patches_row_major_and_values_channel_row_column() {
+        let device = Default::default();
+        let enc = PatchEncoder::<Cpu>::new(2, 8, 4, &cfg(), &device);
+        // Value = c * 100 + y * 10 + x.
+        let v: Vec<f32> = (0..2)
+            .flat_map(|c| {
+                (0..8).flat_map(move |y| (0..4).map(move |x| (c * 100 + y * 10 + x) as f32))
+            })
+            .collect();
+        let img = Tensor::<Cpu, 4>::from_data(TensorData::new(v, [1, 2, 8, 4]), &device);
+        let t = enc.patchify(img);
+        assert_eq!(t.dims(), [1, 2, 32]);
+        let t = t.into_data().to_vec::<f32>().unwrap();
+        // Patch 1 (rows 4..8), channel 1, row 2 of the patch, column 3: 100 + 60 + 3.
+        assert_eq!(t[32 + 16 + 2 * 4 + 3], 163.0);
+        // Patch 0, channel 0, row 0, column 0.
+        assert_eq!(t[0], 0.0);
+    }
+
+    #[test]
+    fn odd_sizes_are_padded_and_samples_stay_independent() {
+        let device = Default::default();
+        let enc = PatchEncoder::<Cpu>::new(3, 10, 7, &cfg(), &device);
+        let a = Tensor::<Cpu, 4>::random([2, 3, 10, 7], Distribution::Uniform(0.0, 1.0), &device);
+        let b = Tensor::cat(
+            vec![
+                a.clone().narrow(0, 0, 1),
+                Tensor::random([1, 3, 10, 7], Distribution::Uniform(0.0, 1.0), &device),
+            ],
+            0,
+        );
+        let (oa, ob) = (enc.forward(a), enc.forward(b));
+        assert_eq!(oa.dims(), [2, 7]);
+        let row = |o: &Tensor<Cpu, 2>, i| {
+            o.clone()
+                .narrow(0, i, 1)
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        assert_eq!(row(&oa, 0), row(&ob, 0));
+        assert_ne!(row(&oa, 1), row(&ob, 1));
+    }
+
+    #[test]
+    fn every_parameter_gets_a_gradient() {
+        type Ad = Autodiff<Flex>;
+        let device = Default::default();
+        let enc = PatchEncoder::<Ad>::new(3, 8, 8, &cfg(), &device);
+        let x = Tensor::<Ad, 4>::random([3, 3, 8, 8], Distribution::Uniform(0.0, 1.0), &device);
+        let grads = enc.forward(x).square().mean().backward();
+        let nonzero = |g: Option<Tensor<Flex, 2>>| {
+            g.is_some_and(|g| {
+                g.into_data()
+                    .to_vec::<f32>()
+                    .unwrap()
+                    .iter()
+                    .any(|v| *v != 0.0)
+            })
+        };
+        assert!(nonzero(enc.embed.weight.val().grad(&grads)));
+        assert!(nonzero(enc.pos.val().grad(&grads)));
+        assert!(nonzero(enc.mix.weight.val().grad(&grads)));
+        assert!(nonzero(enc.head.weight.val().grad(&grads)));
+    }
+}
