@@ -43,6 +43,7 @@ fn tiny_policy() -> Policy<CpuBackend> {
         state_dim: 3,
         action_dim: 2,
         image: None,
+        text: false,
     };
     let norm = Normalizers {
         state: Normalizer::MinMax {
@@ -168,6 +169,7 @@ fn in_process(
         batch: 1,
         state: window.to_vec(),
         image: None,
+        text: None,
     };
     let act = policy
         .act_rows(&obs, mode, &mut [rng(seed)], &Default::default())

@@ -230,6 +230,7 @@ impl Actor for RemoteActor {
                 state: obs.state[j * per..(j + 1) * per].to_vec(),
                 state_shape: vec![self.obs_horizon, self.state_dim],
                 seed: Some(derive(derive(self.seed, i as u64), self.calls[i])),
+                prompt: obs.text.as_ref().map(|t| t[j].clone()),
                 ..Observation::default()
             });
             self.calls[i] += 1;
@@ -538,6 +539,7 @@ pub fn bench_serve(args: &LoadArgs<'_>, out: &mut dyn Write) -> anyhow::Result<(
                 batch: 1,
                 state: o.state.clone(),
                 image: None,
+                text: None,
             };
             let t = Instant::now();
             policy.act_rows(
