@@ -411,3 +411,26 @@ impl Validate for PolicyConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_section_is_written_only_when_set_and_is_validated() {
+        let plain = serde_json::to_string(&PolicyConfig::default()).unwrap();
+        assert!(!plain.contains("\"text\""), "{plain}");
+        let mut c = PolicyConfig::default();
+        c.encoder.text.heads = 3;
+        assert_eq!(c.validate().unwrap_err().field, "encoder.text.heads");
+        c.encoder.text.heads = 2;
+        c.encoder.text.max_tokens = 0;
+        assert_eq!(c.validate().unwrap_err().field, "encoder.text.max_tokens");
+        c.encoder.text.max_tokens = 8;
+        c.validate().unwrap();
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(json.contains("\"max_tokens\":8"), "{json}");
+        assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), c);
+        assert!(serde_json::from_str::<TextEncoderConfig>(r#"{"dmodel": 8}"#).is_err());
+    }
+}

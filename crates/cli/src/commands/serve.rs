@@ -525,6 +525,10 @@ pub fn bench_serve(args: &LoadArgs<'_>, out: &mut dyn Write) -> anyhow::Result<(
         policy.spec.image.is_none(),
         "the load benchmark sends states only; this policy sees pixels"
     );
+    anyhow::ensure!(
+        !policy.spec.text,
+        "the load benchmark sends no prompt; this policy reads a text instruction"
+    );
     // 1. In-process batch-1 calls (what the server does for one request) interleaved with
     // round trips of one sequential client to a server without batching, so that drift of the
     // machine hits both alike.
