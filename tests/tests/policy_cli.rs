@@ -25,6 +25,7 @@ fn actions(dir: &Path) -> Vec<f32> {
         batch: 2,
         state: (0..n).map(|i| 20.0 * i as f32).collect(),
         image: None,
+        text: None,
     };
     p.act(
         None,

@@ -10,7 +10,7 @@ use diffrl_core::lerobot::read_dataset;
 use diffrl_core::record::{Recorder, Topic};
 use diffrl_learn::LearnError;
 use diffrl_learn::bc::{self, BcHooks, BcLog};
-use diffrl_learn::data::{ChunkDataset, fit_normalizers};
+use diffrl_learn::data::{ChunkDataset, fit_normalizers, task_vocabulary};
 use diffrl_learn::eval::EvalReport;
 use diffrl_policy::{Policy, PolicySpec, checkpoint};
 use indicatif::ProgressBar;
@@ -122,6 +122,8 @@ pub fn pretrain<B: AutodiffBackend>(
         action_dim: norm.action.dim(),
         // A state policy ignores the frames of a dataset recorded with a camera.
         image: env.image.and(frames),
+        // A language-conditioned task: the policy reads each episode's instruction.
+        text: env.text,
     };
     if spec.image.is_none() {
         for o in episodes.iter_mut().flat_map(|e| e.observations.iter_mut()) {
@@ -130,6 +132,12 @@ pub fn pretrain<B: AutodiffBackend>(
     }
     check_spec(&spec, &env, &format!("the dataset {}", dataset.display()))?;
     let policy = match init {
+        // The vocabulary is that of the training episodes' instructions.
+        None if spec.text => {
+            let vocab = task_vocabulary(&episodes)
+                .with_context(|| format!("reading the tasks of {}", dataset.display()))?;
+            Policy::<B>::with_text(cfg.policy.clone(), spec, norm, vocab, cfg.run.seed, device)?
+        }
         None => Policy::<B>::new(cfg.policy.clone(), spec, norm, cfg.run.seed, device)?,
         Some(dir) => {
             let (p, _) = checkpoint::load::<B>(dir, device)
@@ -149,12 +157,16 @@ pub fn pretrain<B: AutodiffBackend>(
             p
         }
     };
-    let data = ChunkDataset::build(
+    // A policy that reads text: each sample carries its episode's instruction (words that an
+    // initial policy's vocabulary lacks read as <unk>).
+    let data = ChunkDataset::build_with_text(
         &episodes,
         cfg.policy.obs_horizon,
         cfg.policy.pred_horizon,
         &policy.norm,
-    )?;
+        policy.tokenizer(),
+    )
+    .with_context(|| format!("building training samples from {}", dataset.display()))?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     writeln!(
         out,

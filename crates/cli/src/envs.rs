@@ -42,20 +42,23 @@ pub fn env_spec(cfg: &RunConfig) -> anyhow::Result<PolicySpec> {
         image: space
             .image
             .map(|im| [3, im.height as usize, im.width as usize]),
+        text: space.text,
     })
 }
 
 pub(crate) fn check_spec(policy: &PolicySpec, env: &PolicySpec, what: &str) -> anyhow::Result<()> {
     if policy != env {
         bail!(
-            "{what} expects state dim {}, action dim {}, image {:?}, but the configured \
-             environment gives {}, {}, {:?} (check [env].obs)",
+            "{what} expects state dim {}, action dim {}, image {:?}, text {}, but the \
+             configured environment gives {}, {}, {:?}, {} (check [env].obs)",
             policy.state_dim,
             policy.action_dim,
             policy.image,
+            policy.text,
             env.state_dim,
             env.action_dim,
-            env.image
+            env.image,
+            env.text
         );
     }
     Ok(())

@@ -256,6 +256,7 @@ pub fn train<B: AutodiffBackend>(
             let obs = ObsTensors {
                 state: Tensor::<B, 3>::from_data(TensorData::new(o, [b, to, ds]), &device),
                 image: images(0..b),
+                text: data.gather_text(&idx, &device),
             };
             let actions = Tensor::<B, 3>::from_data(TensorData::new(a, [b, tp, da]), &device);
             let loss = policy.bc_loss(&obs, actions, &mut r);
@@ -277,6 +278,7 @@ pub fn train<B: AutodiffBackend>(
                         &device,
                     ),
                     image: images(rows.clone()),
+                    text: data.gather_text(&idx[rows.clone()], &device),
                 };
                 let actions = Tensor::<B, 3>::from_data(
                     TensorData::new(

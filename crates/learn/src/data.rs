@@ -2,10 +2,14 @@
 //! [t - To + 1, t] (padded with the first frame) and the action chunk [t, t + Tp) (padded with
 //! the last action), both normalised. The first Ta actions of a chunk are the ones executed.
 //! Episodes whose observations carry camera images keep each frame once; samples index them.
+//! For a language-conditioned policy every sample carries its episode's task instruction
+//! ([`Episode::task`]) as token ids.
 
 use diffrl_core::episode::Episode;
 use diffrl_core::normalize::{Normalizer, RunningStats};
 use diffrl_policy::Normalizers;
+use diffrl_policy::text_encoder::TextTokens;
+use diffrl_policy::tokenizer::{Strictness, Tokenizer, Tokens, Vocabulary};
 
 use crate::LearnError;
 
@@ -24,6 +28,39 @@ pub struct ChunkDataset {
     pub action_shape: [usize; 2],
     /// The camera frames, when the episodes' observations hold images.
     pub images: Option<Frames>,
+    /// The instruction of every sample, when the policy reads text.
+    pub text: Option<TaskTokens>,
+}
+
+/// Each episode's instruction once, and which one each sample carries.
+#[derive(Debug, Clone)]
+pub struct TaskTokens {
+    /// The encoded instruction of every non-empty episode, in order.
+    pub tasks: Vec<Tokens>,
+    /// [N]: the index in `tasks` of each sample's instruction.
+    pub sample_task: Vec<u32>,
+}
+
+/// The task instructions of `episodes` (one per episode, [`Episode::task`]); an episode without
+/// one is an error naming it.
+pub fn episode_tasks(episodes: &[Episode]) -> Result<Vec<&str>, LearnError> {
+    episodes
+        .iter()
+        .enumerate()
+        .map(|(e, ep)| {
+            ep.task.as_deref().ok_or_else(|| {
+                LearnError::Data(format!(
+                    "episode {e} has no task instruction (Episode.task), but the policy is \
+                     language-conditioned: every episode of its dataset needs one"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The vocabulary of the training episodes' task instructions (each episode needs one).
+pub fn task_vocabulary(episodes: &[Episode]) -> Result<Vocabulary, LearnError> {
+    Ok(Vocabulary::from_texts(episode_tasks(episodes)?))
 }
 
 /// Every camera frame of a dataset once, and which frames each sample's window shows.
@@ -107,7 +144,35 @@ impl ChunkDataset {
         pred_horizon: usize,
         norm: &Normalizers,
     ) -> Result<Self, LearnError> {
+        Self::build_with_text(episodes, obs_horizon, pred_horizon, norm, None)
+    }
+
+    /// [`ChunkDataset::build`] for a policy that reads text (`tokenizer`: its tokenizer): every
+    /// sample also carries its episode's task instruction. Words outside the vocabulary read as
+    /// `<unk>`; an episode without an instruction, or with one too long or empty, is an error.
+    pub fn build_with_text(
+        episodes: &[Episode],
+        obs_horizon: usize,
+        pred_horizon: usize,
+        norm: &Normalizers,
+        tokenizer: Option<&Tokenizer>,
+    ) -> Result<Self, LearnError> {
         let (ds, da) = check_episodes(episodes)?;
+        let mut text = match tokenizer {
+            None => None,
+            Some(tok) => Some(TaskTokens {
+                tasks: episode_tasks(episodes)?
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(e, _)| !episodes[*e].is_empty())
+                    .map(|(e, t)| {
+                        tok.encode(t, Strictness::Lenient)
+                            .map_err(|m| LearnError::Data(format!("episode {e} task: {m}")))
+                    })
+                    .collect::<Result<_, _>>()?,
+                sample_task: Vec::new(),
+            }),
+        };
         if norm.state.dim() != ds || norm.action.dim() != da {
             return Err(LearnError::Data(format!(
                 "the dataset has state dim {ds} and action dim {da}, the policy expects {} and {}",
@@ -126,7 +191,7 @@ impl ChunkDataset {
                 hwc: [im.height as usize, im.width as usize, 3],
             });
         let mut len = 0;
-        for ep in episodes.iter().filter(|e| !e.is_empty()) {
+        for (k, ep) in episodes.iter().filter(|e| !e.is_empty()).enumerate() {
             let n = ep.len() as isize;
             // Index of this episode's first frame in `images.pixels`.
             let first = images.as_mut().map_or(0, |f| {
@@ -153,6 +218,9 @@ impl ChunkDataset {
                     norm.action.normalize(&mut a);
                     actions.extend(a);
                 }
+                if let Some(t) = text.as_mut() {
+                    t.sample_task.push(k as u32);
+                }
                 len += 1;
             }
         }
@@ -163,7 +231,22 @@ impl ChunkDataset {
             obs_shape: [obs_horizon, ds],
             action_shape: [pred_horizon, da],
             images,
+            text,
         })
+    }
+
+    /// The instructions of samples `idx` as the tokens [`diffrl_policy::encoder::ObsTensors`]
+    /// holds (None without text).
+    pub fn gather_text<B: burn::tensor::backend::Backend>(
+        &self,
+        idx: &[usize],
+        device: &B::Device,
+    ) -> Option<TextTokens<B>> {
+        let t = self.text.as_ref()?;
+        Some(TextTokens::from_rows(
+            idx.iter().map(|&i| &t.tasks[t.sample_task[i] as usize]),
+            device,
+        ))
     }
 
     /// The camera frames of samples `idx` as the [B, To, C, H, W] floats in [0, 1] that

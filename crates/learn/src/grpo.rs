@@ -254,6 +254,7 @@ fn implicit_step_rewards<B: AutodiffBackend>(
                 .map(|d| ChainCall {
                     state: &d.state,
                     image: d.image.as_deref(),
+                    text: d.text.as_deref(),
                     chain: &d.chain,
                     old_logp: &d.logp,
                 })

@@ -265,11 +265,15 @@ impl<B: AutodiffBackend> ValueFunction<B> {
                 .iter()
                 .flat_map(|&i| kept[rows[i].0].decisions[rows[i].1].state.clone())
                 .collect();
+            // The critic reads the states only; the instructions make the batch one that a
+            // language-conditioned policy accepts.
+            let text = decision_texts(idx.iter().map(|&i| &kept[rows[i].0].decisions[rows[i].1]));
             let obs = policy.obs_tensors(
                 &ObsBatch {
                     batch: idx.len(),
                     state,
                     image: None,
+                    text,
                 },
                 device,
             )?;
@@ -369,10 +373,17 @@ fn ppo_advantages<B: Backend>(
         if let Some(w) = &final_window {
             state.extend_from_slice(w);
         }
+        // The final window reads the instruction of the episode's last decision.
+        let text = decision_texts(
+            r.decisions
+                .iter()
+                .chain(final_window.as_ref().and(r.decisions.last())),
+        );
         let obs = ObsBatch {
             batch: rows,
             state,
             image: None,
+            text,
         };
         let values: Vec<f64> = to_vec(critic.forward(&policy.obs_tensors(&obs, device)?))?
             .into_iter()
@@ -414,4 +425,11 @@ fn final_window(ep: &Episode, horizon: usize) -> Option<Vec<f32>> {
         frames.insert(0, first);
     }
     Some(frames[frames.len() - horizon..].concat())
+}
+
+/// The instructions `decisions` read (None when they read none: tasks without text).
+fn decision_texts<'a>(
+    decisions: impl Iterator<Item = &'a crate::rollout::Decision>,
+) -> Option<Vec<String>> {
+    decisions.map(|d| d.text.clone()).collect()
 }

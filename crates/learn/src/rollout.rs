@@ -25,6 +25,8 @@ pub struct Decision {
     pub state: Vec<f32>,
     /// [To, H, W, C] images, for pixel policies.
     pub image: Option<Vec<u8>>,
+    /// The instruction the call read, for language-conditioned tasks.
+    pub text: Option<String>,
     /// x_K..x_0 of the chain: [K + 1, Tp, Da], normalised.
     pub chain: Vec<f32>,
     /// log pi(x_{i+1} | x_i, s) of every chain step under the behaviour policy: [K].
@@ -283,6 +285,7 @@ impl<B: Backend> Actor for GroupCollector<'_, B> {
                     .as_ref()
                     .zip(per_image)
                     .map(|(v, p)| v[j * p..(j + 1) * p].to_vec()),
+                text: obs.text.as_ref().map(|t| t[j].clone()),
                 chain: chain[j * per_chain..(j + 1) * per_chain].to_vec(),
                 logp: logp[j * k..(j + 1) * k].to_vec(),
                 env_step: rollout.episode.len(),

@@ -39,7 +39,9 @@ impl History {
     }
 }
 
-/// Builds the policy's batch from the histories of environments `idx`.
+/// Builds the policy's batch from the histories of environments `idx`. Observations that carry
+/// a text instruction give each row the newest one (a row without one gets an empty
+/// instruction, which a language-conditioned policy refuses by name).
 pub(crate) fn batch(histories: &[History], idx: &[usize], images: bool) -> ObsBatch {
     let mut state = Vec::new();
     let mut image = images.then(Vec::new);
@@ -51,10 +53,17 @@ pub(crate) fn batch(histories: &[History], idx: &[usize], images: bool) -> ObsBa
             }
         }
     }
+    let newest = |i: usize| histories[i].frames.back().and_then(|f| f.text.as_ref());
+    let text = idx.iter().any(|&i| newest(i).is_some()).then(|| {
+        idx.iter()
+            .map(|&i| newest(i).cloned().unwrap_or_default())
+            .collect()
+    });
     ObsBatch {
         batch: idx.len(),
         state,
         image,
+        text,
     }
 }
 

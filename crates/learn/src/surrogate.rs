@@ -153,6 +153,7 @@ impl<B: Backend> Minibatch<B> {
         let n = pairs.len();
         let mut state = Vec::new();
         let mut image: Option<Vec<u8>> = None;
+        let mut text: Option<Vec<String>> = None;
         let mut x = Vec::with_capacity(n * per);
         let mut next = Vec::with_capacity(n * per);
         for p in pairs {
@@ -160,6 +161,9 @@ impl<B: Backend> Minibatch<B> {
             state.extend_from_slice(&d.state);
             if let Some(img) = &d.image {
                 image.get_or_insert_with(Vec::new).extend_from_slice(img);
+            }
+            if let Some(t) = &d.text {
+                text.get_or_insert_with(Vec::new).push(t.clone());
             }
             x.extend_from_slice(&d.chain[p.step * per..(p.step + 1) * per]);
             next.extend_from_slice(&d.chain[(p.step + 1) * per..(p.step + 2) * per]);
@@ -169,6 +173,7 @@ impl<B: Backend> Minibatch<B> {
                 batch: n,
                 state,
                 image,
+                text,
             },
             device,
         )?;

@@ -154,6 +154,7 @@ fn pretrained(dir: &Path) -> Policy<CpuBackend> {
         state_dim: 1,
         action_dim: 1,
         image: None,
+        text: false,
     };
     let device = Default::default();
     let policy = Policy::<CpuAutodiff>::new(cfg.clone(), spec, norm, 1, &device).unwrap();
@@ -633,6 +634,7 @@ fn surrogate_gradient_matches_finite_differences() {
         state_dim: 1,
         action_dim: 1,
         image: None,
+        text: false,
     };
     let mut cfg = policy_config();
     cfg.denoiser.hidden = 8;
@@ -641,6 +643,7 @@ fn surrogate_gradient_matches_finite_differences() {
         batch: 3,
         state: vec![-0.2, 0.1, 0.3],
         image: None,
+        text: None,
     };
     let act = policy
         .valid()
@@ -672,6 +675,7 @@ fn surrogate_gradient_matches_finite_differences() {
         let obs = diffrl_policy::encoder::ObsTensors {
             state: obs_t.state.clone().select(0, idx),
             image: None,
+            text: None,
         };
         p.pair_logprobs(&obs, pick(0), pick(1), &steps)
     };

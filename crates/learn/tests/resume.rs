@@ -67,6 +67,7 @@ fn run(out: &Path, stop_at: usize, resume: bool) -> usize {
         state_dim: 3,
         action_dim: 2,
         image: None,
+        text: false,
     };
     let policy = Policy::<CpuAutodiff>::new(cfg.clone(), spec, norm, 0, &device).unwrap();
     let data = ChunkDataset::build(&eps, cfg.obs_horizon, cfg.pred_horizon, &policy.norm).unwrap();

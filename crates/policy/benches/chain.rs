@@ -18,6 +18,7 @@ fn setup() -> (PolicyConfig, PolicySpec, Normalizers) {
         state_dim: 5,
         action_dim: 2,
         image: None,
+        text: false,
     };
     let mm = |d| Normalizer::MinMax {
         min: vec![0.0; d],
@@ -49,6 +50,7 @@ fn chain(c: &mut Criterion) {
             batch: b,
             state: (0..b * 10).map(|_| r.random_range(0.0..512.0)).collect(),
             image: None,
+            text: None,
         };
         c.bench_function(&format!("chain_k10_b{b}"), |bench| {
             bench.iter(|| {
@@ -75,6 +77,7 @@ fn train_step(c: &mut Criterion) {
             let obs = ObsTensors {
                 state: Tensor::from_data(TensorData::new(o, [b, 2, 5]), &device),
                 image: None,
+                text: None,
             };
             let actions = Tensor::from_data(TensorData::new(a, [b, 16, 2]), &device);
             let loss = policy.bc_loss(&obs, actions, &mut r);

@@ -1,8 +1,10 @@
 //! Policy checkpoints: a folder with `model.safetensors` (weights), `policy.json` (config,
 //! dimensions, normalisers and free-form training metadata) and, for a policy fine-tuned on the
 //! last K' < K chain steps, `base.safetensors` (the frozen network that runs the steps before
-//! them; see `Policy::with_base`). Written to a temporary sibling folder and renamed into
-//! place, so a crash never leaves a half-written checkpoint.
+//! them; see `Policy::with_base`), and for a language-conditioned policy (`spec.text` in
+//! `policy.json`) `vocab.json`, its instruction vocabulary (`{"tokens": [...]}`, a token's id
+//! being its position), which loading then requires. Written to a temporary sibling folder and
+//! renamed into place, so a crash never leaves a half-written checkpoint.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::PolicyConfig;
 use crate::error::CheckpointError;
 use crate::policy::{Normalizers, Policy, PolicySpec};
+use crate::tokenizer::Vocabulary;
 
 /// Weights file inside a checkpoint folder.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -21,6 +24,10 @@ pub const WEIGHTS_FILE: &str = "model.safetensors";
 pub const BASE_FILE: &str = "base.safetensors";
 /// Metadata file inside a checkpoint folder.
 pub const META_FILE: &str = "policy.json";
+/// Instruction vocabulary of a language-conditioned policy.
+pub const VOCAB_FILE: &str = "vocab.json";
+/// Name ending of the token-embedding tensor of the instruction encoder in the weights file.
+const TOKEN_EMBEDDING: &str = "token_embedding.weight";
 const FORMAT: u32 = 1;
 
 /// Everything but the weights.
@@ -157,11 +164,49 @@ pub fn save<B: Backend>(
         ),
         None => None,
     };
+    let vocab = policy
+        .tokenizer()
+        .map(|t| serde_json::to_vec_pretty(t.vocabulary()).expect("vocabularies serialise"));
     let mut files: Vec<(&str, &[u8])> = vec![(WEIGHTS_FILE, &weights), (META_FILE, &json)];
     if let Some(b) = &base {
         files.push((BASE_FILE, b));
     }
+    if let Some(v) = &vocab {
+        files.push((VOCAB_FILE, v));
+    }
     write_dir_atomic(dir, &files)
+}
+
+/// Reads the vocabulary of a language-conditioned checkpoint; errors name the file.
+pub fn load_vocabulary(dir: &Path) -> Result<Vocabulary, CheckpointError> {
+    let path = dir.join(VOCAB_FILE);
+    let bad = |message: String| CheckpointError::Vocabulary {
+        path: path.clone(),
+        message,
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(bad(format!(
+                "missing: {META_FILE} says the policy reads text (spec.text), and its \
+                 instruction vocabulary belongs in this file"
+            )));
+        }
+        Err(e) => return Err(bad(format!("unreadable: {e}"))),
+    };
+    serde_json::from_str(&text).map_err(|e| bad(format!("not a diffrl vocabulary: {e}")))
+}
+
+/// Rows of the first tensor whose name ends with `suffix` in safetensors `bytes` (None when
+/// the header does not parse or holds no such tensor: weight loading reports those).
+fn tensor_rows(bytes: &[u8], suffix: &str) -> Option<usize> {
+    let len = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
+    let header: serde_json::Value = serde_json::from_slice(bytes.get(8..8 + len)?).ok()?;
+    let (_, t) = header
+        .as_object()?
+        .iter()
+        .find(|(name, _)| name.ends_with(suffix))?;
+    usize::try_from(t.get("shape")?.get(0)?.as_u64()?).ok()
 }
 
 /// Writes a folder of files atomically: a temporary sibling, then renames.
@@ -221,15 +266,35 @@ pub fn load<B: Backend>(
 ) -> Result<(Policy<B>, serde_json::Value), CheckpointError> {
     let meta = load_meta(dir)?;
     let meta_path = dir.join(META_FILE);
-    let mut policy =
-        Policy::new(meta.config, meta.spec, meta.norm, 0, device).map_err(|source| {
-            CheckpointError::Policy {
-                path: meta_path,
-                source,
-            }
-        })?;
     let wpath = dir.join(WEIGHTS_FILE);
     let bytes = std::fs::read(&wpath).map_err(io(&wpath))?;
+    let vocab = if meta.spec.text {
+        let vocab = load_vocabulary(dir)?;
+        if let Some(rows) = tensor_rows(&bytes, TOKEN_EMBEDDING)
+            && rows != vocab.len()
+        {
+            return Err(CheckpointError::Vocabulary {
+                path: dir.join(VOCAB_FILE),
+                message: format!(
+                    "holds {} tokens, but the instruction encoder's token embedding in \
+                     {WEIGHTS_FILE} has {rows} rows: the vocabulary is not the one this policy \
+                     was trained with",
+                    vocab.len()
+                ),
+            });
+        }
+        Some(vocab)
+    } else {
+        None
+    };
+    let built = match vocab {
+        Some(v) => Policy::with_text(meta.config, meta.spec, meta.norm, v, 0, device),
+        None => Policy::new(meta.config, meta.spec, meta.norm, 0, device),
+    };
+    let mut policy = built.map_err(|source| CheckpointError::Policy {
+        path: meta_path,
+        source,
+    })?;
     weights_from_bytes(&mut policy.model, bytes, &wpath)?;
     let bpath = dir.join(BASE_FILE);
     if bpath.exists() {

@@ -87,6 +87,11 @@ pub struct EncoderConfig {
     pub state_out: usize,
     /// Image encoder (used only for pixel observations).
     pub image: ImageEncoderConfig,
+    /// Instruction encoder (`[policy.encoder.text]`; used only when the environment's
+    /// observations carry text). Left out of a serialised config while it has its defaults, so
+    /// the configs and checkpoints of policies without text read as before it existed.
+    #[serde(skip_serializing_if = "TextEncoderConfig::is_default")]
+    pub text: TextEncoderConfig,
 }
 
 impl Default for EncoderConfig {
@@ -95,7 +100,50 @@ impl Default for EncoderConfig {
             state_hidden: Vec::new(),
             state_out: 64,
             image: ImageEncoderConfig::default(),
+            text: TextEncoderConfig::default(),
         }
+    }
+}
+
+/// Word-level instruction encoder of language-conditioned policies (docs/policy.md, "Language
+/// conditioning"): token + learned position embeddings, `layers` pre-norm Transformer encoder
+/// layers over the words (padding masked), masked mean-pooling, a linear map to `out_dim`. Its
+/// output joins the condition vector the denoiser reads (the U-Net through FiLM).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TextEncoderConfig {
+    /// Most words an instruction may have (longer ones are refused, never cut); every
+    /// instruction is padded to this many tokens.
+    pub max_tokens: usize,
+    /// Width of the token embeddings and of the Transformer.
+    pub d_model: usize,
+    /// Attention heads per layer (must divide `d_model`).
+    pub heads: usize,
+    /// Transformer encoder layers.
+    pub layers: usize,
+    /// Hidden width of each layer's feed-forward block (4 x d_model in Vaswani et al. 2017).
+    pub ff_dim: usize,
+    /// Width of the instruction features appended to the condition vector.
+    pub out_dim: usize,
+}
+
+impl Default for TextEncoderConfig {
+    fn default() -> Self {
+        Self {
+            max_tokens: 16,
+            d_model: 64,
+            heads: 4,
+            layers: 1,
+            ff_dim: 256,
+            out_dim: 64,
+        }
+    }
+}
+
+impl TextEncoderConfig {
+    /// Whether every field has its default (the section is then not written out).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
     }
 }
 
@@ -334,6 +382,17 @@ impl Validate for PolicyConfig {
             "must be >= 1",
         )?;
         ensure(im.token_dim >= 1, "encoder.image.token_dim", "must be >= 1")?;
+        let t = &e.text;
+        ensure(t.max_tokens >= 1, "encoder.text.max_tokens", "must be >= 1")?;
+        ensure(t.d_model >= 1, "encoder.text.d_model", "must be >= 1")?;
+        ensure(
+            t.heads >= 1 && t.d_model.is_multiple_of(t.heads),
+            "encoder.text.heads",
+            format!("must be >= 1 and divide d_model = {}", t.d_model),
+        )?;
+        ensure(t.layers >= 1, "encoder.text.layers", "must be >= 1")?;
+        ensure(t.ff_dim >= 1, "encoder.text.ff_dim", "must be >= 1")?;
+        ensure(t.out_dim >= 1, "encoder.text.out_dim", "must be >= 1")?;
         let d = &self.denoiser;
         ensure(d.hidden >= 1, "denoiser.hidden", "must be >= 1")?;
         ensure(
@@ -443,5 +502,23 @@ mod tests {
         assert_eq!(v["patch_size"], 4);
         let back: ImageEncoderConfig = serde_json::from_value(v).unwrap();
         assert_eq!(back, patches);
+    }
+
+    #[test]
+    fn the_text_section_is_written_only_when_set_and_is_validated() {
+        let plain = serde_json::to_string(&PolicyConfig::default()).unwrap();
+        assert!(!plain.contains("\"text\""), "{plain}");
+        let mut c = PolicyConfig::default();
+        c.encoder.text.heads = 3;
+        assert_eq!(c.validate().unwrap_err().field, "encoder.text.heads");
+        c.encoder.text.heads = 2;
+        c.encoder.text.max_tokens = 0;
+        assert_eq!(c.validate().unwrap_err().field, "encoder.text.max_tokens");
+        c.encoder.text.max_tokens = 8;
+        c.validate().unwrap();
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(json.contains("\"max_tokens\":8"), "{json}");
+        assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), c);
+        assert!(serde_json::from_str::<TextEncoderConfig>(r#"{"dmodel": 8}"#).is_err());
     }
 }

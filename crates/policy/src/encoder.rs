@@ -1,5 +1,7 @@
-//! Observation encoders: the stacked state history (optionally through an MLP) and, for pixel
-//! observations, a CNN per frame. Output: one condition vector per batch element.
+//! Observation encoders: the stacked state history (optionally through an MLP), for pixel
+//! observations a CNN per frame, and for language-conditioned policies the instruction encoder
+//! ([`TextEncoder`]). Output: one condition vector per batch element, the concatenation of
+//! their features.
 
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -8,6 +10,7 @@ use burn::tensor::backend::Backend;
 use crate::config::{Activation, EncoderConfig, ImageEncoderKind};
 use crate::nn::{Mlp, activate};
 use crate::patches::PatchEncoder;
+use crate::text_encoder::{TextEncoder, TextTokens};
 use crate::vision::ImageEncoder;
 
 /// What the policy observes, in the shapes the networks need (already normalised).
@@ -17,14 +20,19 @@ pub struct ObsTensors<B: Backend> {
     pub state: Tensor<B, 3>,
     /// [B, To, C, H, W] images scaled to [0, 1], when the policy uses pixels.
     pub image: Option<Tensor<B, 5>>,
+    /// The instruction of every batch element, when the policy reads text.
+    pub text: Option<TextTokens<B>>,
 }
 
-/// State MLP + optional image CNN.
+/// State MLP + optional image CNN + optional instruction encoder.
 #[derive(Module, Debug)]
 pub struct ObsEncoder<B: Backend> {
     state_mlp: Option<Mlp<B>>,
     image: Option<ImageEncoder<B>>,
     patches: Option<PatchEncoder<B>>,
+    /// None without text: such policies build and draw exactly what they did before text
+    /// existed (same weights, same checkpoints).
+    text: Option<TextEncoder<B>>,
     #[module(skip)]
     act: Activation,
     #[module(skip)]
@@ -35,11 +43,13 @@ pub struct ObsEncoder<B: Backend> {
 pub type ImageShape = (usize, usize, usize);
 
 impl<B: Backend> ObsEncoder<B> {
-    /// An encoder for `obs_horizon` stacked states of `state_dim` (and images of `image`).
+    /// An encoder for `obs_horizon` stacked states of `state_dim` (and images of `image`, and
+    /// instructions over a vocabulary of `vocab_size` tokens).
     pub fn new(
         obs_horizon: usize,
         state_dim: usize,
         image: Option<ImageShape>,
+        vocab_size: Option<usize>,
         cfg: &EncoderConfig,
         act: Activation,
         device: &B::Device,
@@ -65,12 +75,15 @@ impl<B: Backend> ObsEncoder<B> {
         } else {
             0
         };
+        let text = vocab_size.map(|v| TextEncoder::new(v, &cfg.text, device));
+        let text_out = text.as_ref().map_or(0, TextEncoder::out_dim);
         Self {
             state_mlp,
             image,
             patches,
+            text,
             act,
-            out_dim: state_out + image_out,
+            out_dim: state_out + image_out + text_out,
         }
     }
 
@@ -84,24 +97,42 @@ impl<B: Backend> ObsEncoder<B> {
         self.image.is_some() || self.patches.is_some()
     }
 
-    /// [B, cond_dim] condition.
+    /// The instruction encoder, when the policy reads text.
+    pub fn text(&self) -> Option<&TextEncoder<B>> {
+        self.text.as_ref()
+    }
+
+    /// [B, cond_dim] condition: [state features, image features, instruction features].
+    ///
+    /// # Panics
+    /// When the encoder reads text and `obs` carries none (`Policy::obs_tensors` refuses such
+    /// observations with an error before they get here).
     pub fn forward(&self, obs: &ObsTensors<B>) -> Tensor<B, 2> {
         let [b, to, ds] = obs.state.dims();
         let mut cond = obs.state.clone().reshape([b, to * ds]);
         if let Some(mlp) = &self.state_mlp {
             cond = activate(self.act, mlp.forward(cond));
         }
-        let Some(img) = &obs.image else {
-            return cond;
-        };
-        let [b, to, c, h, w] = img.dims();
-        let frames = img.clone().reshape([b * to, c, h, w]);
-        let feats = match (&self.image, &self.patches) {
-            (Some(enc), _) => enc.forward(frames),
-            (None, Some(enc)) => enc.forward(frames),
-            (None, None) => return cond,
-        };
-        let d = feats.dims()[1];
-        Tensor::cat(vec![cond, feats.reshape([b, to * d])], 1)
+        if let Some(img) = &obs.image {
+            let [b, to, c, h, w] = img.dims();
+            let frames = img.clone().reshape([b * to, c, h, w]);
+            let feats = match (&self.image, &self.patches) {
+                (Some(enc), _) => Some(enc.forward(frames)),
+                (None, Some(enc)) => Some(enc.forward(frames)),
+                (None, None) => None,
+            };
+            if let Some(feats) = feats {
+                let d = feats.dims()[1];
+                cond = Tensor::cat(vec![cond, feats.reshape([b, to * d])], 1);
+            }
+        }
+        if let Some(enc) = &self.text {
+            let text = obs
+                .text
+                .as_ref()
+                .expect("a language-conditioned policy needs the instruction tokens");
+            cond = Tensor::cat(vec![cond, enc.forward(text)], 1);
+        }
+        cond
     }
 }

@@ -36,6 +36,14 @@ pub enum PolicyError {
     /// The policy needs an input the observation lacks.
     #[error("{0}")]
     Missing(String),
+    /// The instruction of a batch row cannot be read by the policy.
+    #[error("observation.text of batch row {row}: {source}")]
+    Text {
+        /// Batch row.
+        row: usize,
+        /// What is wrong with it.
+        source: crate::tokenizer::TextError,
+    },
 }
 
 /// What went wrong saving or loading a checkpoint.
@@ -71,6 +79,15 @@ pub enum CheckpointError {
         /// The weights file.
         path: PathBuf,
         /// Which tensors differ.
+        message: String,
+    },
+    /// The vocabulary of a language-conditioned policy is missing, unreadable or does not fit
+    /// its token embedding.
+    #[error("{path}: {message}")]
+    Vocabulary {
+        /// The vocabulary file.
+        path: PathBuf,
+        /// What is wrong.
         message: String,
     },
     /// The weights file is not valid safetensors.

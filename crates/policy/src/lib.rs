@@ -4,6 +4,10 @@
 //!
 //! Nothing here knows about a particular task: dimensions come from [`PolicySpec`], which the
 //! caller fills from an environment's spaces or a dataset.
+//!
+//! Language-conditioned policies (`PolicySpec::text`) read a task instruction through a
+//! word-level [`tokenizer`] and a Transformer [`text_encoder`] whose features join the
+//! observation condition (docs/policy.md, "Language conditioning").
 
 pub mod checkpoint;
 pub mod config;
@@ -16,6 +20,8 @@ pub mod nn;
 pub mod patches;
 pub mod policy;
 pub mod schedule;
+pub mod text_encoder;
+pub mod tokenizer;
 pub mod unet;
 pub mod vision;
 
@@ -23,6 +29,7 @@ pub use config::PolicyConfig;
 pub use diffusion::{ChainSample, DiffusionProcess, Noise, SampleMode};
 pub use error::{CheckpointError, PolicyError};
 pub use policy::{Act, Normalizers, ObsBatch, Policy, PolicyModel, PolicySpec, seeded_init};
+pub use tokenizer::{Strictness, TextError, Tokenizer, Vocabulary};
 
 /// The CPU backend used by default (pure-Rust Flex).
 pub type CpuBackend = burn::backend::Flex;

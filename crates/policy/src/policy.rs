@@ -14,6 +14,8 @@ use crate::diffusion::{ChainSample, DiffusionModel, DiffusionProcess, Noise, Sam
 use crate::encoder::ObsTensors;
 use crate::error::PolicyError;
 use crate::gaussian::GaussianModel;
+use crate::text_encoder::TextTokens;
+use crate::tokenizer::{Strictness, Tokenizer, Tokens, Vocabulary};
 
 /// Serialises weight initialisation (see [`seeded_init`]).
 static INIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -75,6 +77,11 @@ pub struct PolicySpec {
     /// Image geometry [channels, height, width] when the policy sees pixels.
     #[serde(default)]
     pub image: Option<[usize; 3]>,
+    /// Whether the policy reads a text instruction (the environment's `ObservationSpace::text`);
+    /// its vocabulary comes from the training tasks (see [`Policy::with_text`]). Written out
+    /// only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub text: bool,
 }
 
 /// Input and output normalisers, stored with the model.
@@ -106,6 +113,9 @@ pub struct ObsBatch {
     pub state: Vec<f32>,
     /// [B, To, H, W, C] images (HWC, u8) when the policy uses pixels.
     pub image: Option<Vec<u8>>,
+    /// One instruction per batch row (the newest observation's `text`), when the observations
+    /// carry text; policies without text ignore it.
+    pub text: Option<Vec<String>>,
 }
 
 /// The outcome of one policy call for a batch.
@@ -135,11 +145,13 @@ pub struct Policy<B: Backend> {
     /// K' < K: the frozen pretrained copy it was trained with, so evaluation and serving sample
     /// the chain its rollouts sampled. None: `model` runs every step.
     base: Option<PolicyModel<B>>,
+    /// The instruction tokenizer of a policy whose spec reads text.
+    tokenizer: Option<Tokenizer>,
 }
 
 impl<B: Backend> Policy<B> {
     /// Builds a freshly initialised policy whose weights depend only on `seed` (see
-    /// [`seeded_init`]).
+    /// [`seeded_init`]); a spec that reads text needs [`Policy::with_text`].
     pub fn new(
         config: PolicyConfig,
         spec: PolicySpec,
@@ -147,10 +159,53 @@ impl<B: Backend> Policy<B> {
         seed: u64,
         device: &B::Device,
     ) -> Result<Self, PolicyError> {
+        Self::build(config, spec, norm, None, seed, device)
+    }
+
+    /// [`Policy::new`] for a language-conditioned spec (`spec.text`): its instruction encoder
+    /// embeds the tokens of `vocab` (built from the training tasks, see
+    /// [`Vocabulary::from_texts`]).
+    pub fn with_text(
+        config: PolicyConfig,
+        spec: PolicySpec,
+        norm: Normalizers,
+        vocab: Vocabulary,
+        seed: u64,
+        device: &B::Device,
+    ) -> Result<Self, PolicyError> {
+        Self::build(config, spec, norm, Some(vocab), seed, device)
+    }
+
+    fn build(
+        config: PolicyConfig,
+        spec: PolicySpec,
+        norm: Normalizers,
+        vocab: Option<Vocabulary>,
+        seed: u64,
+        device: &B::Device,
+    ) -> Result<Self, PolicyError> {
         config.validate().map_err(|e| PolicyError::Config {
             field: e.field,
             message: e.message,
         })?;
+        match (spec.text, &vocab) {
+            (true, None) => {
+                return Err(PolicyError::Missing(
+                    "the policy reads text (spec.text) but was given no vocabulary: build it \
+                     with Policy::with_text"
+                        .into(),
+                ));
+            }
+            (false, Some(_)) => {
+                return Err(PolicyError::Missing(
+                    "a vocabulary was given for a policy that reads no text (spec.text = false)"
+                        .into(),
+                ));
+            }
+            _ => {}
+        }
+        let tokenizer = vocab.map(|v| Tokenizer::new(v, config.encoder.text.max_tokens));
+        let vocab_size = tokenizer.as_ref().map(|t| t.vocabulary().len());
         if norm.state.dim() != spec.state_dim || norm.action.dim() != spec.action_dim {
             return Err(PolicyError::Shape {
                 what: "normaliser dimensions (state + action)".into(),
@@ -165,6 +220,7 @@ impl<B: Backend> Policy<B> {
                 c.obs_horizon,
                 spec.state_dim,
                 image,
+                vocab_size,
                 c.pred_horizon,
                 spec.action_dim,
                 &c.encoder,
@@ -175,6 +231,7 @@ impl<B: Backend> Policy<B> {
                 c.obs_horizon,
                 spec.state_dim,
                 image,
+                vocab_size,
                 c.pred_horizon,
                 spec.action_dim,
                 &c.encoder,
@@ -191,6 +248,7 @@ impl<B: Backend> Policy<B> {
             norm,
             process,
             base: None,
+            tokenizer,
         })
     }
 
@@ -204,6 +262,7 @@ impl<B: Backend> Policy<B> {
             norm: self.norm.clone(),
             process: self.process.clone(),
             base: None,
+            tokenizer: self.tokenizer.clone(),
         }
     }
 
@@ -258,7 +317,33 @@ impl<B: Backend> Policy<B> {
             norm: self.norm.clone(),
             process,
             base: self.base.clone(),
+            tokenizer: self.tokenizer.clone(),
         })
+    }
+
+    /// The instruction tokenizer, when the policy reads text.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+
+    /// Encodes one instruction per batch row (`Strict` where the policy acts: a word it never
+    /// saw in training is an error, not a silent `<unk>`). Errors name the row.
+    pub fn tokenize<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        mode: Strictness,
+    ) -> Result<Vec<Tokens>, PolicyError> {
+        let tok = self.tokenizer.as_ref().ok_or_else(|| {
+            PolicyError::Missing("this policy reads no text: it has no tokenizer".into())
+        })?;
+        texts
+            .iter()
+            .enumerate()
+            .map(|(row, t)| {
+                tok.encode(t.as_ref(), mode)
+                    .map_err(|source| PolicyError::Text { row, source })
+            })
+            .collect()
     }
 
     /// The diffusion process (None for Gaussian policies).
@@ -327,7 +412,28 @@ impl<B: Backend> Policy<B> {
                 ))
             }
         };
-        Ok(ObsTensors { state, image })
+        let text = match (&self.tokenizer, &obs.text) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(PolicyError::Missing(
+                    "this policy is language-conditioned but the observation has no text \
+                     instruction"
+                        .into(),
+                ));
+            }
+            (Some(_), Some(texts)) => {
+                if texts.len() != b {
+                    return Err(PolicyError::Shape {
+                        what: "observation.text (one instruction per batch row)".into(),
+                        expected: b,
+                        got: texts.len(),
+                    });
+                }
+                let rows = self.tokenize(texts, Strictness::Strict)?;
+                Some(TextTokens::from_rows(&rows, device))
+            }
+        };
+        Ok(ObsTensors { state, image, text })
     }
 
     /// Samples action chunks for a batch. `frozen` (the pretrained copy) runs the steps before

@@ -214,6 +214,7 @@ fn per_row_noise_makes_rows_independent_of_their_batch() {
         batch: 1,
         state: batch.state[b * 6..(b + 1) * 6].to_vec(),
         image: None,
+        text: None,
     };
     for mode in [SampleMode::Deterministic, SampleMode::Stochastic] {
         let mut rngs = vec![rng(5), rng(6), rng(7)];
@@ -302,6 +303,7 @@ fn pixel_policies_take_images() {
             state_dim: 3,
             action_dim: 2,
             image: Some([3, 12, 12]),
+            text: false,
         };
         let p = Policy::<B>::new(cfg, spec, norm(), 0, &device).unwrap();
         let mut o = obs(2);
@@ -376,6 +378,7 @@ fn pair_log_probs_equal_the_chain_log_probs() {
     let obs_rows = diffrl_policy::encoder::ObsTensors {
         state: obs_t.state.clone().select(0, idx),
         image: None,
+        text: None,
     };
     let steps: Vec<usize> = pairs.iter().map(|&(_, i)| i).collect();
     let got = to_vec(policy.pair_logprobs(&obs_rows, pick(0), pick(1), &steps));

@@ -35,6 +35,7 @@ pub fn spec() -> PolicySpec {
         state_dim: 3,
         action_dim: 2,
         image: None,
+        text: false,
     }
 }
 
@@ -57,6 +58,7 @@ pub fn obs(b: usize) -> ObsBatch {
         batch: b,
         state: (0..b * 2 * 3).map(|i| (i % 11) as f32 * 0.7).collect(),
         image: None,
+        text: None,
     }
 }
 

@@ -82,6 +82,8 @@ pub struct ChainCall<'a> {
     pub state: &'a [f32],
     /// Images, for pixel policies ([To, H, W, C]).
     pub image: Option<&'a [u8]>,
+    /// The instruction, for language-conditioned policies.
+    pub text: Option<&'a str>,
     /// x_K..x_0 of the sampled chain ([K + 1, Tp, Da], as the policy's log-probs read it).
     pub chain: &'a [f32],
     /// log pi_old of every chain step ([K]).
@@ -327,6 +329,7 @@ fn call_logps<B: Backend>(
     let [tp, da] = policy.chunk();
     let per = tp * da;
     let n = calls.len() * ft;
+    let mut text: Option<Vec<String>> = None;
     let (mut state, mut image, mut x, mut next, mut steps, mut old) = (
         Vec::new(),
         None::<Vec<u8>>,
@@ -352,6 +355,9 @@ fn call_logps<B: Backend>(
             if let Some(img) = c.image {
                 image.get_or_insert_with(Vec::new).extend_from_slice(img);
             }
+            if let Some(t) = c.text {
+                text.get_or_insert_with(Vec::new).push(t.to_owned());
+            }
             x.extend_from_slice(&c.chain[step * per..(step + 1) * per]);
             next.extend_from_slice(&c.chain[(step + 1) * per..(step + 2) * per]);
             steps.push(step);
@@ -364,6 +370,7 @@ fn call_logps<B: Backend>(
                 batch: n,
                 state,
                 image,
+                text,
             },
             device,
         )
@@ -409,6 +416,7 @@ mod tests {
             state_dim: 3,
             action_dim: 2,
             image: None,
+            text: false,
         };
         let norm = Normalizers {
             state: Normalizer::MinMax {
@@ -437,6 +445,7 @@ mod tests {
                 .map(|i| ((i * 7 + seed as usize) % 11) as f32 * 0.9)
                 .collect(),
             image: None,
+            text: None,
         };
         let act = policy
             .act(
@@ -464,6 +473,7 @@ mod tests {
                 .map(|i| ChainCall {
                     state: &self.state[i],
                     image: None,
+                    text: None,
                     chain: &self.chain[i],
                     old_logp: &self.logp[i],
                 })

@@ -22,6 +22,8 @@ pub struct Observation {
     pub state_shape: Vec<usize>,
     /// `observation.image` pixels (uint8) and shape ([H, W, C] or [To, H, W, C]).
     pub image: Option<(Vec<u8>, Vec<usize>)>,
+    /// Task instruction (`prompt`), for language-conditioned policies.
+    pub prompt: Option<String>,
     /// Noise seed for this request.
     pub seed: Option<u64>,
     /// Start of an episode: the server forgets this connection's observation window.
@@ -42,6 +44,9 @@ impl Observation {
                 data: px.clone(),
             };
             m.push((Value::from("observation.image"), a.to_value()));
+        }
+        if let Some(p) = &self.prompt {
+            m.push((Value::from("prompt"), Value::from(p.as_str())));
         }
         if let Some(s) = self.seed {
             m.push((Value::from("seed"), Value::from(s)));

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use burn::tensor::backend::Backend;
 use diffrl_core::seeding::Rng;
-use diffrl_policy::{ObsBatch, Policy, SampleMode};
+use diffrl_policy::{ObsBatch, Policy, SampleMode, Strictness, Tokenizer};
 use rmpv::Value;
 
 use crate::error::RequestError;
@@ -26,6 +26,10 @@ pub struct ModelSpec {
     pub action_horizon: usize,
     /// Width of one action.
     pub action_dim: usize,
+    /// The instruction tokenizer of a language-conditioned policy: every request must then
+    /// carry a `prompt` it accepts (strictly: no word outside the vocabulary). None: prompts are
+    /// ignored.
+    pub text: Option<Tokenizer>,
     /// Control frequency the policy was trained at (Hz).
     pub fps: f64,
     /// Further facts for the metadata map (chain length, policy kind, ...).
@@ -67,6 +71,7 @@ impl<B: Backend> PolicyRunner<B> {
             image: policy.spec.image.map(|[c, h, w]| [h, w, c]),
             action_horizon: policy.config.action_horizon,
             action_dim: policy.spec.action_dim,
+            text: policy.tokenizer().cloned(),
             fps,
             extra: vec![
                 (
@@ -139,7 +144,8 @@ pub struct Request {
     pub image: Option<Vec<u8>>,
     /// 1 (the newest observation; the server keeps the window) or To (the whole window).
     pub frames: usize,
-    /// Language instruction (kept for language-conditioned policies).
+    /// Language instruction: checked against the vocabulary of a language-conditioned policy
+    /// (and required by it), ignored by others.
     pub prompt: Option<String>,
     /// Noise seed for this request (default: derived from the server seed and the request's
     /// index on its connection).
@@ -279,6 +285,19 @@ pub fn parse_request(v: &Value, spec: &ModelSpec) -> Result<Request, RequestErro
             ));
         }
     };
+    if let Some(tok) = &spec.text {
+        // Checked here, not in the batched policy call, so that one bad prompt fails only its
+        // own request.
+        let Some(p) = &prompt else {
+            return Err(RequestError::new(
+                "prompt",
+                "required: this policy is language-conditioned; send the task instruction as a \
+                 string",
+            ));
+        };
+        tok.encode(p, Strictness::Strict)
+            .map_err(|e| RequestError::new("prompt", e.to_string()))?;
+    }
     let seed = match lookup(m, "seed") {
         None | Some(Value::Nil) => None,
         Some(s) => {
@@ -393,6 +412,21 @@ pub fn metadata(spec: &ModelSpec, batching: Value) -> Value {
             ]),
         ));
     }
+    if let Some(tok) = &spec.text {
+        let words = tok.vocabulary().tokens()[2..]
+            .iter()
+            .map(|w| s(w))
+            .collect();
+        obs.push((
+            s("prompt"),
+            Value::Map(vec![
+                (s("dtype"), s("string")),
+                (s("required"), Value::Boolean(true)),
+                (s("max_words"), Value::from(tok.max_tokens())),
+                (s("vocabulary"), Value::Array(words)),
+            ]),
+        ));
+    }
     let mut m = vec![
         (s("server"), s("diffrl")),
         (s("version"), s(env!("CARGO_PKG_VERSION"))),
@@ -432,6 +466,7 @@ mod tests {
             image,
             action_horizon: 2,
             action_dim: 2,
+            text: None,
             fps: 10.0,
             extra: vec![],
         }

@@ -130,6 +130,8 @@ struct Counters {
 struct Job {
     state: Vec<f32>,
     image: Option<Vec<u8>>,
+    /// The request's instruction (checked already when the policy reads text).
+    prompt: Option<String>,
     seed: u64,
     queued: Instant,
     reply: oneshot::Sender<Result<Answer, String>>,
@@ -309,6 +311,12 @@ fn inference_loop(
                 batch
                     .iter()
                     .flat_map(|j| j.image.iter().flatten().copied())
+                    .collect()
+            }),
+            text: spec.text.as_ref().map(|_| {
+                batch
+                    .iter()
+                    .map(|j| j.prompt.clone().unwrap_or_default())
                     .collect()
             }),
         };
@@ -607,11 +615,13 @@ async fn answer(
         .seed
         .unwrap_or_else(|| derive(shared.cfg.seed, *requests));
     *requests += 1;
+    let prompt = req.prompt.clone();
     let (state, image) = window.push(req, shared.spec.obs_horizon);
     let (tx, rx) = oneshot::channel();
     let job = Job {
         state,
         image,
+        prompt,
         seed,
         queued: Instant::now(),
         reply: tx,

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use diffrl_core::normalize::Normalizer;
 use diffrl_core::seeding::{Rng, derive, rng};
-use diffrl_policy::config::{DenoiserConfig, DiffusionConfig, PolicyConfig};
-use diffrl_policy::{CpuBackend, Normalizers, ObsBatch, Policy, PolicySpec, SampleMode};
+use diffrl_policy::config::{DenoiserConfig, DiffusionConfig, PolicyConfig, TextEncoderConfig};
+use diffrl_policy::{
+    CpuBackend, Normalizers, ObsBatch, Policy, PolicySpec, SampleMode, Vocabulary,
+};
 use diffrl_serve::msgpack::{self, NdArray};
 use diffrl_serve::{
     ActionModel, Client, ModelSpec, Observation, PolicyRunner, ServeError, ServeStats, Server,
@@ -43,6 +45,7 @@ fn tiny_policy() -> Policy<CpuBackend> {
         state_dim: 3,
         action_dim: 2,
         image: None,
+        text: false,
     };
     let norm = Normalizers {
         state: Normalizer::MinMax {
@@ -55,6 +58,27 @@ fn tiny_policy() -> Policy<CpuBackend> {
         },
     };
     Policy::new(config, spec, norm, 3, &Default::default()).unwrap()
+}
+
+/// [`tiny_policy`] reading an instruction over the words of "stack the red cube" and "stack the
+/// blue cube".
+fn tiny_text_policy() -> Policy<CpuBackend> {
+    let p = tiny_policy();
+    let mut config = p.config.clone();
+    config.encoder.text = TextEncoderConfig {
+        max_tokens: 5,
+        d_model: 8,
+        heads: 2,
+        ff_dim: 16,
+        out_dim: 4,
+        ..TextEncoderConfig::default()
+    };
+    let vocab = Vocabulary::from_texts(["stack the red cube", "stack the blue cube"]);
+    let spec = PolicySpec {
+        text: true,
+        ..p.spec
+    };
+    Policy::with_text(config, spec, p.norm, vocab, 3, &Default::default()).unwrap()
 }
 
 /// Wraps a model so the test decides when each call runs: a call announces itself on
@@ -168,6 +192,7 @@ fn in_process(
         batch: 1,
         state: window.to_vec(),
         image: None,
+        text: None,
     };
     let act = policy
         .act_rows(&obs, mode, &mut [rng(seed)], &Default::default())
@@ -258,6 +283,97 @@ async fn explicit_seeds_and_windows_are_honoured() {
         in_process(&tiny_policy(), &window, 99, SampleMode::Deterministic)
     );
     server.stop().await;
+}
+
+/// A language-conditioned policy acts on the request's `prompt` (as in process) and refuses
+/// requests whose prompt it cannot read, naming the problem; the connection lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_policy_reads_the_prompt_and_refuses_bad_ones() {
+    let policy = tiny_text_policy();
+    let model = PolicyRunner::new(
+        tiny_text_policy(),
+        Default::default(),
+        SampleMode::Deterministic,
+        "text".into(),
+        10.0,
+    );
+    let server = start(ServerConfig::default(), Box::new(model)).await;
+    let mut client = Client::connect(&server.url, None).await.unwrap();
+    let vocabulary = msgpack::get(
+        match client.metadata() {
+            Value::Map(m) => m,
+            other => panic!("metadata {other:?}"),
+        },
+        "observation",
+    )
+    .map(|o| format!("{o}"))
+    .unwrap_or_default();
+    assert!(
+        vocabulary.contains("prompt") && vocabulary.contains("blue"),
+        "{vocabulary}"
+    );
+    let window = [state(0, 0), state(0, 1)].concat();
+    let ask = |prompt: Option<&str>| Observation {
+        state: window.clone(),
+        state_shape: vec![2, 3],
+        seed: Some(5),
+        prompt: prompt.map(str::to_owned),
+        ..Observation::default()
+    };
+    let in_process = |prompt: &str| {
+        let obs = ObsBatch {
+            batch: 1,
+            state: window.clone(),
+            image: None,
+            text: Some(vec![prompt.into()]),
+        };
+        policy
+            .act_rows(
+                &obs,
+                SampleMode::Deterministic,
+                &mut [rng(5)],
+                &Default::default(),
+            )
+            .unwrap()
+            .actions[..4]
+            .to_vec()
+    };
+    let red = client
+        .infer(&ask(Some("Stack the red cube.")))
+        .await
+        .unwrap();
+    let blue = client
+        .infer(&ask(Some("stack the blue cube")))
+        .await
+        .unwrap();
+    for (r, want) in [
+        (&red, in_process("stack the red cube")),
+        (&blue, in_process("stack the blue cube")),
+    ] {
+        for (a, b) in r.actions.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-4, "{:?} vs {want:?}", r.actions);
+        }
+    }
+    assert_ne!(red.actions, blue.actions, "the prompt reaches the policy");
+    for (prompt, needle) in [
+        (None, "prompt: required"),
+        (Some(""), "empty"),
+        (Some("stack the green cube"), "unknown word(s) 'green'"),
+        (
+            Some("stack the red cube on the blue cube"),
+            "max_tokens = 5",
+        ),
+    ] {
+        match client.infer(&ask(prompt)).await {
+            Err(ServeError::Refused(text)) => {
+                assert!(text.contains(needle), "{needle:?} in {text:?}");
+            }
+            other => panic!("{prompt:?}: expected a refusal, got {other:?}"),
+        }
+    }
+    assert!(client.infer(&ask(Some("stack the red cube"))).await.is_ok());
+    let stats = server.stop().await;
+    assert_eq!((stats.answered, stats.refused), (3, 4));
 }
 
 /// Sends raw bytes and expects a text frame containing `needle`.

@@ -176,6 +176,7 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
         state_dim: 5,
         action_dim: 2,
         image: None,
+        text: false,
     };
     let norm = Normalizers {
         state: Normalizer::MinMax {
@@ -198,6 +199,7 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
                 .map(|_| rng.random_range(0.0..512.0))
                 .collect(),
             image: None,
+            text: None,
         };
         let mut times = Vec::new();
         for i in 0..args.repeats + 5 {
@@ -242,6 +244,7 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
                             device,
                         ),
                         image: None,
+                        text: None,
                     };
                     let actions = Tensor::from_data(
                         TensorData::new(a[rows.start * 32..rows.end * 32].to_vec(), [n, 16, 2]),

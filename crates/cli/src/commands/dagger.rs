@@ -101,12 +101,14 @@ impl Env for Relabel {
     fn reset(&mut self, seed: u64) -> Observation {
         self.expert.reset(derive(seed, EXPERT_STREAM));
         self.mix = rng(derive(seed, MIX_STREAM));
+        let obs = self.env.reset(seed);
         self.current = Episode {
             seed: Some(seed),
-            task: Some(self.instruction.clone()),
+            // A language-conditioned task draws its instruction per episode: that one is the
+            // episode's task, which behaviour cloning conditions on.
+            task: Some(obs.text.clone().unwrap_or_else(|| self.instruction.clone())),
             ..Episode::default()
         };
-        let obs = self.env.reset(seed);
         self.frame = obs.image.clone();
         obs
     }

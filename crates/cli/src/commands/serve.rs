@@ -230,6 +230,7 @@ impl Actor for RemoteActor {
                 state: obs.state[j * per..(j + 1) * per].to_vec(),
                 state_shape: vec![self.obs_horizon, self.state_dim],
                 seed: Some(derive(derive(self.seed, i as u64), self.calls[i])),
+                prompt: obs.text.as_ref().map(|t| t[j].clone()),
                 ..Observation::default()
             });
             self.calls[i] += 1;
@@ -524,6 +525,10 @@ pub fn bench_serve(args: &LoadArgs<'_>, out: &mut dyn Write) -> anyhow::Result<(
         policy.spec.image.is_none(),
         "the load benchmark sends states only; this policy sees pixels"
     );
+    anyhow::ensure!(
+        !policy.spec.text,
+        "the load benchmark sends no prompt; this policy reads a text instruction"
+    );
     // 1. In-process batch-1 calls (what the server does for one request) interleaved with
     // round trips of one sequential client to a server without batching, so that drift of the
     // machine hits both alike.
@@ -538,6 +543,7 @@ pub fn bench_serve(args: &LoadArgs<'_>, out: &mut dyn Write) -> anyhow::Result<(
                 batch: 1,
                 state: o.state.clone(),
                 image: None,
+                text: None,
             };
             let t = Instant::now();
             policy.act_rows(

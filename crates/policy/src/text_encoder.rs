@@ -1,0 +1,165 @@
+//! The instruction encoder of language-conditioned policies (docs/policy.md, "Language
+//! conditioning"):
+//!
+//! ```text
+//! h_0 = TokenEmbedding(ids) + PositionEmbedding[0..L]            [B, L, d_model]
+//! h   = TransformerEncoder^layers(h_0, padding mask)              (pre-norm, no dropout)
+//! z   = Linear(sum_l keep_l h_l / max(1, sum_l keep_l))           [B, out_dim]
+//! ```
+//!
+//! with keep_l = 0 at padding positions. `z` joins the observation encoder's condition vector,
+//! which the denoiser reads (the U-Net through FiLM).
+
+use burn::module::{Initializer, Module, Param};
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+
+use crate::config::TextEncoderConfig;
+use crate::tokenizer::Tokens;
+
+/// Encoded instructions, one row per batch element.
+#[derive(Debug, Clone)]
+pub struct TextTokens<B: Backend> {
+    /// [B, L] token ids.
+    pub ids: Tensor<B, 2, Int>,
+    /// [B, L], true at padding positions.
+    pub pad: Tensor<B, 2, Bool>,
+}
+
+impl<B: Backend> TextTokens<B> {
+    /// Uploads rows of [`Tokens`] (all of one length).
+    pub fn from_rows<'a>(rows: impl IntoIterator<Item = &'a Tokens>, device: &B::Device) -> Self {
+        let (mut ids, mut pad, mut n, mut len) = (Vec::new(), Vec::new(), 0, 0);
+        for t in rows {
+            len = t.ids.len();
+            ids.extend(t.ids.iter().map(|&i| i as i64));
+            pad.extend_from_slice(&t.pad);
+            n += 1;
+        }
+        Self::from_flat(ids, pad, [n, len], device)
+    }
+
+    /// Uploads flat row-major [B, L] ids and padding flags.
+    pub fn from_flat(ids: Vec<i64>, pad: Vec<bool>, shape: [usize; 2], device: &B::Device) -> Self {
+        Self {
+            ids: Tensor::from_data(TensorData::new(ids, shape), device),
+            pad: Tensor::from_data(TensorData::new(pad, shape), device),
+        }
+    }
+}
+
+/// Token + position embeddings, a Transformer encoder, masked mean-pooling and a projection.
+#[derive(Module, Debug)]
+pub struct TextEncoder<B: Backend> {
+    token_embedding: Embedding<B>,
+    position_embedding: Param<Tensor<B, 2>>,
+    transformer: TransformerEncoder<B>,
+    output: Linear<B>,
+}
+
+impl<B: Backend> TextEncoder<B> {
+    /// An encoder for ids below `vocab_size` (the embedding's rows).
+    pub fn new(vocab_size: usize, cfg: &TextEncoderConfig, device: &B::Device) -> Self {
+        let d = cfg.d_model;
+        Self {
+            token_embedding: EmbeddingConfig::new(vocab_size, d).init(device),
+            position_embedding: Initializer::Normal {
+                mean: 0.0,
+                std: 0.02,
+            }
+            .init([cfg.max_tokens, d], device),
+            // Dropout would draw from Burn's global generator during training, which the
+            // seeded runs of this crate never do.
+            transformer: TransformerEncoderConfig::new(d, cfg.ff_dim, cfg.heads, cfg.layers)
+                .with_dropout(0.0)
+                .with_norm_first(true)
+                .init(device),
+            output: LinearConfig::new(d, cfg.out_dim).init(device),
+        }
+    }
+
+    /// Rows of the token embedding (the vocabulary size it was built for).
+    pub fn vocab_size(&self) -> usize {
+        self.token_embedding.weight.dims()[0]
+    }
+
+    /// Width of the output.
+    pub fn out_dim(&self) -> usize {
+        self.output.weight.dims()[1]
+    }
+
+    /// [B, L] ids and padding mask -> [B, out_dim].
+    pub fn forward(&self, text: &TextTokens<B>) -> Tensor<B, 2> {
+        let [b, l] = text.ids.dims();
+        let d = self.position_embedding.dims()[1];
+        let pos = self
+            .position_embedding
+            .val()
+            .narrow(0, 0, l)
+            .reshape([1, l, d]);
+        let h = self.token_embedding.forward(text.ids.clone()) + pos;
+        let h = self
+            .transformer
+            .forward(TransformerEncoderInput::new(h).mask_pad(text.pad.clone()));
+        let keep = text.pad.clone().bool_not().float().reshape([b, l, 1]);
+        let count = keep.clone().sum_dim(1).reshape([b, 1]).clamp_min(1.0);
+        let pooled = (h * keep).sum_dim(1).reshape([b, d]) / count;
+        self.output.forward(pooled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::{Strictness, Tokenizer, Vocabulary};
+
+    type Cpu = crate::CpuBackend;
+
+    fn tokenizer() -> Tokenizer {
+        Tokenizer::new(Vocabulary::from_texts(["go left", "go right now"]), 5)
+    }
+
+    fn rows(texts: &[&str]) -> Vec<Tokens> {
+        let t = tokenizer();
+        texts
+            .iter()
+            .map(|s| t.encode(s, Strictness::Strict).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn padding_does_not_change_the_output_and_words_do() {
+        let device = Default::default();
+        let cfg = TextEncoderConfig {
+            max_tokens: 5,
+            d_model: 8,
+            heads: 2,
+            ff_dim: 16,
+            out_dim: 3,
+            ..TextEncoderConfig::default()
+        };
+        let vocab = tokenizer().vocabulary().len();
+        let enc = crate::policy::seeded_init::<Cpu, _>(&device, 3, || {
+            TextEncoder::<Cpu>::new(vocab, &cfg, &device)
+        });
+        assert_eq!((enc.vocab_size(), enc.out_dim()), (6, 3));
+        let rows = rows(&["go left", "go right", "go right now"]);
+        let out = enc.forward(&TextTokens::from_rows(&rows, &device));
+        assert_eq!(out.dims(), [3, 3]);
+        let v: Vec<f32> = out.into_data().convert::<f32>().into_vec().unwrap();
+        assert!(v.iter().all(|x| x.is_finite()));
+        assert_ne!(v[..3], v[3..6], "different instructions, same features");
+        // What sits at padding positions is ignored.
+        let mut garbled = rows[0].clone();
+        garbled.ids[3] = 5;
+        let again = enc.forward(&TextTokens::from_rows([&garbled], &device));
+        let w: Vec<f32> = again.into_data().convert::<f32>().into_vec().unwrap();
+        for (a, b) in w.iter().zip(&v[..3]) {
+            assert!((a - b).abs() < 1e-5, "{w:?} vs {v:?}");
+        }
+    }
+}
