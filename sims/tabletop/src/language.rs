@@ -470,7 +470,10 @@ mod tests {
         let mut stacked = s;
         stacked.cubes[1].position = [-0.1, 0.1, 3.0 * CUBE_HALF];
         assert!(!success(Pick(Red), &stacked));
-        assert!(score(Pick(Red), &low) < 1.0 && score(Pick(Red), &low) > 0.5);
+        // Held at the TCP 2 mm short of the height: reach 1, grasp 1, lift ~1 of 5.
+        low.tcp = low.cubes[0].position;
+        let nearly = score(Pick(Red), &low);
+        assert!(nearly > 0.55 && nearly < 0.65, "{nearly}");
     }
 
     #[test]
