@@ -4,7 +4,7 @@
 
 use diffrl_core::config::{Validate, from_toml_str};
 use diffrl_core::stages::StagePredicates;
-use diffrl_core::task::{Task, TaskEnv};
+use diffrl_core::task::Task;
 use diffrl_core::{Env, Observation};
 use diffrl_tabletop::env::{ObsMode, layout};
 use diffrl_tabletop::expert::ExpertConfig;
