@@ -10,7 +10,7 @@
 //! - **State** ([`state_names`], 45 values): the tabletop proprioception (joint positions and
 //!   velocities, TCP position, gripper opening: 22), the cubes' poses in colour order red,
 //!   green, blue (7 each: 21), then the instruction's index in
-//!   [`INSTRUCTIONS`](crate::language::INSTRUCTIONS) and the paraphrase's index (2). Those
+//!   [`INSTRUCTIONS`] and the paraphrase's index (2). Those
 //!   two make a recorded state restore the episode's instruction
 //!   ([`LangCubes::reset_to_state`]); observations drop them, so there is no goal in the state
 //!   and a policy has to read the text.
@@ -81,8 +81,9 @@ const SPAWN_HALF: [f64; 2] = [0.08, 0.14];
 /// Pick: the expert lifts the cube's centre this far above its resting height (m), 3 cm over
 /// the success height.
 const PICK_HOLD: f64 = PICK_LIFT + 0.03;
-/// Beside: the expert's target keeps at least this from the third cube's centre (m).
-const TARGET_CLEARANCE: f64 = 0.08;
+/// Beside: the expert's target keeps at least this from the third cube's centre (m), and
+/// resets keep the third cube this far from the point 10 cm beside the reference.
+pub const TARGET_CLEARANCE: f64 = 0.08;
 
 /// Names of the true state's components.
 pub fn state_names() -> Vec<String> {
@@ -780,7 +781,8 @@ fn beside_target(v: &View, x: usize, side: Side, y: usize) -> [f64; 3] {
 /// which records the instruction: the tabletop experts' phases (approach, descend, grasp,
 /// lift, carry, lower, release) with the named cubes. Pick lifts the cube to 8 cm above its
 /// resting height and holds it; stack puts it on the reference; beside carries it over the
-/// other cubes to [`beside_target`] and sets it down.
+/// other cubes to 10 cm beside the reference (or the nearest point inside the success band
+/// that keeps [`TARGET_CLEARANCE`] from the third cube) and sets it down.
 pub fn expert_action(s: &[f64], gain: f64) -> [f32; 4] {
     let Some((instruction, _)) = (s.len() == STATE_DIM)
         .then(|| recorded_instruction(s))
