@@ -45,6 +45,13 @@ fn builtin(tasks: &mut Tasks) {
     ] {
         tasks.add(task, Some(DefaultConfig { origin, text }));
     }
+    tasks.add(
+        diffrl_tabletop::lang_cubes::LangCubesTask,
+        Some(DefaultConfig {
+            origin: "configs/lang-cubes.toml",
+            text: include_str!("../../../configs/lang-cubes.toml"),
+        }),
+    );
 }
 
 /// A task's embedded default run config.

@@ -375,6 +375,9 @@ pub struct Tabletop {
     panda: Arc<LoadedPanda>,
     down: UnitQuaternion<f64>,
     state: Snapshot,
+    /// Cubes in the world: the kind's own ([`TaskKind::cubes`]), or more for an environment
+    /// that drives this one's arm with its own scene ([`crate::language`]).
+    cubes: usize,
     arm: Arc<ArmDrawing>,
     /// The camera before jitter.
     camera: Camera,
@@ -442,25 +445,38 @@ impl Tabletop {
             path: default_urdf_path(),
             message,
         })?;
-        Ok(Self::with_panda(config, panda))
+        let cubes = config.kind.cubes();
+        Ok(Self::with_panda(config, panda, cubes))
     }
 
     /// An environment with the robot described by the URDF at `urdf`.
     pub fn with_urdf(config: TabletopConfig, urdf: &Path) -> Result<Self, TabletopError> {
         config.validate()?;
         let panda = Arc::new(load_panda(urdf, ROBOT_FRICTION)?);
-        Ok(Self::with_panda(config, panda))
+        let cubes = config.kind.cubes();
+        Ok(Self::with_panda(config, panda, cubes))
     }
 
-    fn with_panda(config: TabletopConfig, panda: Arc<LoadedPanda>) -> Self {
+    /// The arm, physics and randomisation of an environment with `cubes` cubes, for an
+    /// environment with its own scene, observations and rewards ([`crate::language`]): it
+    /// uses [`Tabletop::start`], [`Tabletop::advance`] and the world, never this one's `Env`
+    /// methods, whose `kind` describes fewer cubes.
+    pub(crate) fn arm_with_cubes(
+        config: TabletopConfig,
+        cubes: usize,
+    ) -> Result<Self, TabletopError> {
+        config.validate()?;
+        let panda = default_panda().map_err(|message| RobotError::Urdf {
+            path: default_urdf_path(),
+            message,
+        })?;
+        Ok(Self::with_panda(config, panda, cubes))
+    }
+
+    fn with_panda(config: TabletopConfig, panda: Arc<LoadedPanda>, cubes: usize) -> Self {
         let home: [f64; ARM_DOF] = HOME_Q[..ARM_DOF].try_into().unwrap_or([0.0; ARM_DOF]);
         let down = panda.model.tcp_pose(&home).rotation;
-        let world = World::new(
-            &panda,
-            PhysicsParams::default(),
-            config.kind.cubes(),
-            HOME_Q,
-        );
+        let world = World::new(&panda, PhysicsParams::default(), cubes, HOME_Q);
         let arm = Arc::new(ArmDrawing::new(&world));
         let camera = crate::pixels::default_camera(config.image_size)
             .unwrap_or_else(|e| panic!("image_size is validated: {e}"));
@@ -482,6 +498,7 @@ impl Tabletop {
             panda,
             down,
             state,
+            cubes,
             arm,
             camera,
             renderer,
@@ -577,7 +594,7 @@ impl Tabletop {
 
     /// Starts an episode: draws the physics in `rng`, builds a fresh world at joint positions
     /// `q`, places `cubes` and the goal.
-    fn start(&mut self, mut rng: Rng, q: [f64; 9], cubes: &[BodyPose], goal: [f64; 3]) {
+    pub(crate) fn start(&mut self, mut rng: Rng, q: [f64; 9], cubes: &[BodyPose], goal: [f64; 3]) {
         let r = &self.config.randomize;
         let params = PhysicsParams {
             cube_mass: draw(&mut rng, r.cube_mass),
@@ -594,7 +611,7 @@ impl Tabletop {
             }
         });
         let color = [0; 3].map(|_| draw(&mut rng, r.color_jitter));
-        let mut world = World::new(&self.panda, params, self.config.kind.cubes(), q);
+        let mut world = World::new(&self.panda, params, self.cubes, q);
         for (i, c) in cubes.iter().enumerate() {
             world.set_cube_pose(i, *c);
         }
@@ -609,6 +626,62 @@ impl Tabletop {
             camera_jitter,
             color,
         };
+    }
+
+    /// Joint positions N(home, [`INIT_QPOS_NOISE`]) within the limits, the gripper open
+    /// (ManiSkill's TableSceneBuilder), drawn from `rng`.
+    pub(crate) fn initial_joints(&self, rng: &mut Rng) -> [f64; 9] {
+        let noise = Normal::new(0.0, INIT_QPOS_NOISE).unwrap_or_else(|_| unreachable!());
+        let mut q = HOME_Q;
+        for qi in q.iter_mut().take(ARM_DOF) {
+            *qi += noise.sample(rng);
+        }
+        self.panda.model.clamp_to_limits(
+            (&mut q[..ARM_DOF])
+                .try_into()
+                .unwrap_or_else(|_| unreachable!()),
+        );
+        q
+    }
+
+    /// Puts back an episode's state without observing (observing draws noise from its RNG).
+    pub(crate) fn set_snapshot(&mut self, snapshot: &Snapshot) {
+        self.state = snapshot.clone();
+    }
+
+    /// The episode's RNG (observation noise draws from it).
+    pub(crate) fn rng_mut(&mut self) -> &mut Rng {
+        &mut self.state.rng
+    }
+
+    /// The physics world, to set joint velocities of a state being restored.
+    pub(crate) fn world_mut(&mut self) -> &mut World {
+        &mut self.state.world
+    }
+
+    /// Why joint positions `q` (arm, then fingers) cannot be a state, if they are outside the
+    /// joint limits.
+    pub(crate) fn check_joint_limits(&self, q: &[f64; 9]) -> Result<(), EnvError> {
+        for (i, j) in self.panda.model.chain.iter().enumerate() {
+            if q[i] < j.lower - 1e-6 || q[i] > j.upper + 1e-6 {
+                return Err(EnvError::InvalidState(format!(
+                    "joint {} at {} is outside its limits [{}, {}]",
+                    j.name, q[i], j.lower, j.upper
+                )));
+            }
+        }
+        for (i, f) in self.panda.model.fingers.iter().enumerate() {
+            let v = q[ARM_DOF + i];
+            if v < f.lower - 1e-6 || v > f.upper + 1e-6 {
+                return Err(EnvError::InvalidState(format!(
+                    "finger joint {} at {v} is outside its limits [{}, {}]",
+                    crate::robot::JOINT_NAMES[ARM_DOF + i],
+                    f.lower,
+                    f.upper
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Draws cube poses and the goal after ManiSkill's `_initialize_episode`.
@@ -711,25 +784,7 @@ impl Tabletop {
         }
         let mut q = [0.0; 9];
         q.copy_from_slice(&state[layout::Q..layout::Q + 9]);
-        for (i, j) in self.panda.model.chain.iter().enumerate() {
-            if q[i] < j.lower - 1e-6 || q[i] > j.upper + 1e-6 {
-                return Err(EnvError::InvalidState(format!(
-                    "joint {} at {} is outside its limits [{}, {}]",
-                    j.name, q[i], j.lower, j.upper
-                )));
-            }
-        }
-        for (i, f) in self.panda.model.fingers.iter().enumerate() {
-            let v = q[ARM_DOF + i];
-            if v < f.lower - 1e-6 || v > f.upper + 1e-6 {
-                return Err(EnvError::InvalidState(format!(
-                    "finger joint {} at {v} is outside its limits [{}, {}]",
-                    crate::robot::JOINT_NAMES[ARM_DOF + i],
-                    f.lower,
-                    f.upper
-                )));
-            }
-        }
+        self.check_joint_limits(&q)?;
         let mut cubes = Vec::new();
         for c in 0..kind.cubes() {
             let o = layout::CUBES + 7 * c;
@@ -950,16 +1005,7 @@ impl Env for Tabletop {
     /// cubes and goal after ManiSkill's spawn ranges.
     fn reset(&mut self, seed: u64) -> Observation {
         let mut rng = seeding::rng(seed);
-        let noise = Normal::new(0.0, INIT_QPOS_NOISE).unwrap_or_else(|_| unreachable!());
-        let mut q = HOME_Q;
-        for qi in q.iter_mut().take(ARM_DOF) {
-            *qi += noise.sample(&mut rng);
-        }
-        self.panda.model.clamp_to_limits(
-            (&mut q[..ARM_DOF])
-                .try_into()
-                .unwrap_or_else(|_| unreachable!()),
-        );
+        let q = self.initial_joints(&mut rng);
         let (cubes, goal) = self.draw_scene(&mut rng);
         self.start(rng, q, &cubes, goal);
         self.observe()

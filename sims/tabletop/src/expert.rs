@@ -53,19 +53,19 @@ impl Validate for ExpertConfig {
 }
 
 /// Height of the approach point above a cube's centre (m): fingertips clear its top.
-const HOVER: f64 = 0.07;
+pub(crate) const HOVER: f64 = 0.07;
 /// Lateral tolerance for descending onto a cube (m).
-const ALIGN_XY: f64 = 0.008;
+pub(crate) const ALIGN_XY: f64 = 0.008;
 /// TCP height above the cube's centre at which the gripper closes (m): the finger pads then
 /// span the cube's centre, so it does not pivot in the grasp.
-const GRASP_DZ: f64 = -0.005;
+pub(crate) const GRASP_DZ: f64 = -0.005;
 /// Largest motion command while carrying a cube (a fraction of the action scale).
-const CARRY_SPEED: f64 = 0.8;
+pub(crate) const CARRY_SPEED: f64 = 0.8;
 /// Gripper opening below which a closed gripper holds a cube (m; a cube is 4 to 5.7 cm wide
 /// across the fingers, the open gripper 8 cm).
-const HOLD_OPENING: f64 = 0.07;
+pub(crate) const HOLD_OPENING: f64 = 0.07;
 /// Gripper action that lets go of a placed cube.
-const RELEASE: f64 = 1.0;
+pub(crate) const RELEASE: f64 = 1.0;
 /// TCP height while pushing (m): the fingertips 8 mm above the table, below the cube's
 /// centre so a friction-1 cube slides rather than tips.
 const PUSH_Z: f64 = 0.015;
@@ -73,36 +73,37 @@ const PUSH_Z: f64 = 0.015;
 /// cube).
 const PUSH_SPEED: f64 = 0.015;
 /// Clearance kept above cube B while carrying cube A to it (m).
-const CARRY_CLEARANCE: f64 = 0.02;
+pub(crate) const CARRY_CLEARANCE: f64 = 0.02;
 
-struct View<'a> {
-    s: &'a [f64],
+/// Named reads of a flat state ([`TaskKind::state_names`]'s layout up to the cubes).
+pub(crate) struct View<'a> {
+    pub(crate) s: &'a [f64],
 }
 
 impl View<'_> {
-    fn tcp(&self) -> [f64; 3] {
+    pub(crate) fn tcp(&self) -> [f64; 3] {
         let o = layout::TCP;
         [self.s[o], self.s[o + 1], self.s[o + 2]]
     }
-    fn opening(&self) -> f64 {
+    pub(crate) fn opening(&self) -> f64 {
         self.s[layout::GRIPPER]
     }
-    fn finger_speed(&self) -> f64 {
+    pub(crate) fn finger_speed(&self) -> f64 {
         self.s[layout::QD + 7].abs() + self.s[layout::QD + 8].abs()
     }
-    fn arm_speed(&self) -> f64 {
+    pub(crate) fn arm_speed(&self) -> f64 {
         self.s[layout::QD..layout::QD + 7]
             .iter()
             .fold(0.0, |m, v| m.max(v.abs()))
     }
     /// Width of cube `i` along the fingers' closing axis (world y), from its yaw.
-    fn cube_width(&self, i: usize) -> f64 {
+    pub(crate) fn cube_width(&self, i: usize) -> f64 {
         let o = layout::CUBES + 7 * i + 3;
         let [x, y, z, w] = [self.s[o], self.s[o + 1], self.s[o + 2], self.s[o + 3]];
         let yaw = (2.0 * (w * z + x * y)).atan2(1.0 - 2.0 * (y * y + z * z));
         2.0 * CUBE_HALF * (yaw.sin().abs() + yaw.cos().abs())
     }
-    fn cube(&self, i: usize) -> [f64; 3] {
+    pub(crate) fn cube(&self, i: usize) -> [f64; 3] {
         let o = layout::CUBES + 7 * i;
         [self.s[o], self.s[o + 1], self.s[o + 2]]
     }
@@ -111,7 +112,7 @@ impl View<'_> {
         [self.s[o], self.s[o + 1], self.s[o + 2]]
     }
     /// The cube sits between the closed fingers.
-    fn holding(&self, cube: [f64; 3]) -> bool {
+    pub(crate) fn holding(&self, cube: [f64; 3]) -> bool {
         let t = self.tcp();
         (t[0] - cube[0]).hypot(t[1] - cube[1]) < 0.015
             && (t[2] - cube[2]).abs() < 0.02
@@ -121,22 +122,22 @@ impl View<'_> {
     }
 }
 
-fn xy_dist(a: [f64; 3], b: [f64; 3]) -> f64 {
+pub(crate) fn xy_dist(a: [f64; 3], b: [f64; 3]) -> f64 {
     (a[0] - b[0]).hypot(a[1] - b[1])
 }
 
 /// Motion towards `target` for the TCP at `tcp`: `gain` of the error per step, in action units.
-fn toward(tcp: [f64; 3], target: [f64; 3], gain: f64) -> [f64; 3] {
+pub(crate) fn toward(tcp: [f64; 3], target: [f64; 3], gain: f64) -> [f64; 3] {
     toward_capped(tcp, target, gain, 1.0)
 }
 
 /// [`toward`] with each component capped at `cap`.
-fn toward_capped(tcp: [f64; 3], target: [f64; 3], gain: f64, cap: f64) -> [f64; 3] {
+pub(crate) fn toward_capped(tcp: [f64; 3], target: [f64; 3], gain: f64, cap: f64) -> [f64; 3] {
     [0, 1, 2].map(|i| (gain * (target[i] - tcp[i]) / ACTION_SCALE).clamp(-cap, cap))
 }
 
-const OPEN: f64 = 1.0;
-const CLOSE: f64 = -1.0;
+pub(crate) const OPEN: f64 = 1.0;
+pub(crate) const CLOSE: f64 = -1.0;
 
 /// The gripper action that opens the fingers to `opening` (m).
 fn gripper_for(opening: f64) -> f64 {
@@ -146,7 +147,7 @@ fn gripper_for(opening: f64) -> f64 {
 
 /// Approach, descend onto and close on cube `index`; None once it is held. The fingers open
 /// only 1 cm wider than the cube, to fit between it and a neighbour where they can.
-fn grasp(v: &View, index: usize, gain: f64) -> Option<([f64; 3], f64)> {
+pub(crate) fn grasp(v: &View, index: usize, gain: f64) -> Option<([f64; 3], f64)> {
     let cube = v.cube(index);
     if v.holding(cube) {
         return None;
@@ -241,34 +242,53 @@ fn push(v: &View, gain: f64) -> ([f64; 3], f64) {
 }
 
 fn stack(v: &View, gain: f64) -> ([f64; 3], f64) {
-    let tcp = v.tcp();
-    let a = v.cube(0);
-    let b = v.cube(1);
+    stack_on(v, 0, 1, gain)
+}
+
+/// Grasps cube `a_index`, carries it above cube `b_index`, lowers it onto B and lets go.
+pub(crate) fn stack_on(v: &View, a_index: usize, b_index: usize, gain: f64) -> ([f64; 3], f64) {
+    let a = v.cube(a_index);
+    let b = v.cube(b_index);
     // The task's own test: xy within the half-size's xy norm + 5 mm, z within 5 mm.
     let on_b = xy_dist(a, b) <= (2.0 * CUBE_HALF * CUBE_HALF).sqrt() + 0.005
         && (a[2] - b[2] - 2.0 * CUBE_HALF).abs() <= 0.005;
+    // Released 4 mm above B's top, carried with A's bottom clearing B's top.
+    let place = [b[0], b[1], b[2] + 2.0 * CUBE_HALF + 0.004];
+    let carry_z = b[2] + 4.0 * CUBE_HALF + CARRY_CLEARANCE;
+    place_at(v, a_index, place, carry_z, on_b, gain)
+}
+
+/// Grasps cube `a_index`, carries it at height `carry_z` (its centre) above `place`, lowers
+/// it to `place` (slowly at the end) and lets go once it is centred and the arm still; once
+/// `placed` (the caller's test of the released cube), backs off upwards.
+pub(crate) fn place_at(
+    v: &View,
+    a_index: usize,
+    place: [f64; 3],
+    carry_z: f64,
+    placed: bool,
+    gain: f64,
+) -> ([f64; 3], f64) {
+    let tcp = v.tcp();
+    let a = v.cube(a_index);
     if v.holding(a) {
-        // Carry A above B with clearance, then lower it to 4 mm above B's top, slowly at
-        // the end, and let go once it is centred and the arm still.
-        let place = [b[0], b[1], b[2] + 2.0 * CUBE_HALF + 0.004];
-        let xy = xy_dist(a, b);
+        let xy = xy_dist(a, place);
         if xy < 0.006 && a[2] - place[2] < 0.004 && v.arm_speed() < 0.05 {
             return ([0.0; 3], RELEASE);
         }
-        let carry_z = b[2] + 4.0 * CUBE_HALF + CARRY_CLEARANCE;
         let (cube_target, g) = if xy > 0.01 {
             if a[2] < carry_z - 0.01 {
-                // Lift first, drifting towards B.
+                // Lift first, drifting towards the place.
                 (
                     [
-                        a[0] + (b[0] - a[0]) * 0.3,
-                        a[1] + (b[1] - a[1]) * 0.3,
+                        a[0] + (place[0] - a[0]) * 0.3,
+                        a[1] + (place[1] - a[1]) * 0.3,
                         carry_z,
                     ],
                     gain,
                 )
             } else {
-                ([b[0], b[1], carry_z], gain)
+                ([place[0], place[1], carry_z], gain)
             }
         } else {
             (place, if a[2] - place[2] < 0.03 { 0.3 } else { gain })
@@ -276,7 +296,7 @@ fn stack(v: &View, gain: f64) -> ([f64; 3], f64) {
         let target = [0, 1, 2].map(|i| tcp[i] + cube_target[i] - a[i]);
         return (toward_capped(tcp, target, g, CARRY_SPEED), CLOSE);
     }
-    if on_b {
+    if placed {
         // Placed: finish letting go, then back off upwards once the fingers are apart.
         if v.opening() > 0.075 {
             return (
@@ -286,7 +306,7 @@ fn stack(v: &View, gain: f64) -> ([f64; 3], f64) {
         }
         return ([0.0; 3], RELEASE);
     }
-    grasp(v, 0, gain).unwrap_or(([0.0; 3], CLOSE))
+    grasp(v, a_index, gain).unwrap_or(([0.0; 3], CLOSE))
 }
 
 /// The scripted expert of every tabletop task.

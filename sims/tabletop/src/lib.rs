@@ -13,6 +13,10 @@
 //! - [`expert`]: scripted, state-driven experts for the four tasks.
 //! - [`stages`]: stage predicates on recorded states.
 //! - [`task`]: [`task::TabletopTask`], the four tasks for the tools' task registry.
+//! - [`language`]: the instructions of `lang-cubes` (families, paraphrases, held-out
+//!   combinations) and their success tests and scores.
+//! - [`lang_cubes`]: `lang-cubes`, the language-conditioned three-cube suite: its environment,
+//!   expert, stages and task (docs/tabletop.md, "Language suite").
 //! - [`scene`]: the 3-D scene a viewer draws.
 //! - [`camera`]: RGB and depth images of the scene's bodies, rendered on the CPU.
 //! - [`pixels`]: camera observations (`obs = "pixels"`): the default front camera and the
@@ -22,6 +26,8 @@
 pub mod camera;
 pub mod env;
 pub mod expert;
+pub mod lang_cubes;
+pub mod language;
 pub mod pixels;
 pub mod robot;
 pub mod scene;

@@ -7,6 +7,8 @@ use diffrl_core::Env;
 use diffrl_core::task::Task;
 use diffrl_tabletop::env::{TabletopConfig, TaskKind};
 use diffrl_tabletop::expert::ExpertConfig;
+use diffrl_tabletop::lang_cubes::{LangCubesConfig, LangCubesTask};
+use diffrl_tabletop::language::INSTRUCTIONS;
 use diffrl_tabletop::task::TabletopTask;
 
 fn var(name: &str, default: u64) -> u64 {
@@ -67,6 +69,64 @@ fn expert_success_rates() {
     }
 }
 
+/// Success rate of the `lang-cubes` expert on the instructions of `family` over `n` episodes
+/// from `first` (episode `seed` fixes the family's instruction `seed % count`), and the failed
+/// (seed, instruction) pairs.
+fn lang_success_rate(family: &str, first: u64, n: u64) -> (f64, Vec<(u64, String)>) {
+    let task = LangCubesTask;
+    let mut envs: Vec<_> = INSTRUCTIONS
+        .into_iter()
+        .filter(|i| i.family() == family)
+        .map(|i| {
+            task.build(&LangCubesConfig {
+                instruction: i.canonical(),
+                ..LangCubesConfig::default()
+            })
+        })
+        .collect();
+    let count = envs.len() as u64;
+    let mut failed = Vec::new();
+    for seed in first..first + n {
+        let env = &mut envs[(seed % count) as usize];
+        env.reset(seed);
+        let mut expert = task.expert(&ExpertConfig::default(), seed).unwrap();
+        loop {
+            let a = expert.act(env);
+            let r = env.step(&a).unwrap();
+            if r.terminated || r.truncated {
+                if !r.info.success {
+                    failed.push((seed, env.instruction().canonical()));
+                }
+                break;
+            }
+        }
+    }
+    (1.0 - failed.len() as f64 / n as f64, failed)
+}
+
+#[test]
+#[ignore = "slow: measures the lang-cubes expert over 100 episodes per instruction family"]
+fn lang_cubes_expert_success_rates() {
+    let (first, n) = (var("FIRST_SEED", 1000), var("EPISODES", 100));
+    let mut report = Vec::new();
+    for family in ["pick", "stack", "left-of", "right-of"] {
+        let start = std::time::Instant::now();
+        let (rate, failed) = lang_success_rate(family, first, n);
+        println!(
+            "lang-cubes {family:9} {:5.1}% of {n} episodes from seed {first} ({:.1} s)",
+            100.0 * rate,
+            start.elapsed().as_secs_f64()
+        );
+        if std::env::var("FAILURES").is_ok() {
+            println!("  failed: {failed:?}");
+        }
+        report.push((family, rate));
+    }
+    for (family, rate) in report {
+        assert!(rate >= 0.95, "{family}: {rate} < 0.95");
+    }
+}
+
 /// Prints one expert episode step by step: `TRACE_KIND=push-cube TRACE_SEED=15`.
 #[test]
 #[ignore = "a debugging aid: prints one episode"]
@@ -106,6 +166,36 @@ fn trace_episode() {
                 &env.world().joint_velocities()[..7]
             );
         }
+        if r.terminated || r.truncated {
+            break;
+        }
+    }
+}
+
+/// Prints one lang-cubes expert episode: `TRACE_INSTRUCTION="put red left of green"
+/// TRACE_SEED=0`.
+#[test]
+#[ignore = "a debugging aid: prints one episode"]
+fn trace_lang_episode() {
+    let instruction = std::env::var("TRACE_INSTRUCTION").unwrap_or_else(|_| "pick red".into());
+    let seed = var("TRACE_SEED", 0);
+    let task = LangCubesTask;
+    let mut env = task.build(&LangCubesConfig {
+        instruction,
+        ..LangCubesConfig::default()
+    });
+    env.reset(seed);
+    println!("{}  cubes {:.3?}", env.text(), &env.true_state()[22..43]);
+    let mut expert = task.expert(&ExpertConfig::default(), seed).unwrap();
+    for k in 0..env.max_episode_steps() {
+        let a = expert.act(&env);
+        let r = env.step(&a).unwrap();
+        let f = env.facts();
+        println!(
+            "{k:2} a {a:5.2?}  {}  grasped {:?}",
+            diffrl_core::task::TaskEnv::describe_step(&env, &a, &r),
+            f.cubes.map(|c| c.grasped)
+        );
         if r.terminated || r.truncated {
             break;
         }

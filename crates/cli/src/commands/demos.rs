@@ -109,7 +109,8 @@ impl Dart {
 /// Runs the expert from `env`'s current state, whose observation is `obs`, until the episode
 /// ends. Episodes record the full state ([`DynEnv::true_state`]), the camera frame when the
 /// environment observes one, and the expert's labels; the environment gets them through
-/// `noise`.
+/// `noise`. The episode's task is `obs`'s text when the environment has one (a language task
+/// draws an instruction per episode), else `instruction` (the task's single one).
 pub fn run_expert_from_current(
     env: &mut DynEnv,
     obs: Observation,
@@ -121,7 +122,7 @@ pub fn run_expert_from_current(
 ) -> anyhow::Result<Episode> {
     let mut ep = Episode {
         seed,
-        task: Some(instruction.to_string()),
+        task: Some(obs.text.unwrap_or_else(|| instruction.to_string())),
         ..Episode::default()
     };
     let space = env.action_space();

@@ -88,6 +88,14 @@ fn with_named_state(v: &mut serde_json::Value, env: &DynEnv) {
     }
 }
 
+/// Adds an observation's text (a language task's instruction) to a JSON line as
+/// `instruction`; nothing for tasks without text.
+fn with_text(v: &mut serde_json::Value, text: Option<&str>) {
+    if let (Some(map), Some(text)) = (v.as_object_mut(), text) {
+        map.insert("instruction".into(), json!(text));
+    }
+}
+
 /// Logs the scene (and the step's reward) at a new `env_step`.
 fn record(rec: &dyn Recorder, env: &DynEnv, reward: Option<f32>) {
     if !rec.enabled() {
@@ -137,9 +145,13 @@ pub fn run(
     if args.json {
         let mut v = json!({"step": 0, "state": env.true_state()});
         with_named_state(&mut v, &env);
+        with_text(&mut v, obs.text.as_deref());
         line(out, v)?;
     } else {
         writeln!(out, "step 0: observation {:?}", obs.state)?;
+        if let Some(text) = &obs.text {
+            writeln!(out, "instruction: {text}")?;
+        }
     }
     let mut step = 0usize;
     let mut report = |env: &DynEnv,
@@ -154,6 +166,7 @@ pub fn run(
                                "coverage": r.info.score, "score": r.info.score, "success": r.info.success,
                                "clamped": r.info.clamped, "terminated": r.terminated, "truncated": r.truncated});
             with_named_state(&mut v, env);
+            with_text(&mut v, r.obs.text.as_deref());
             line(out, v)
         } else {
             Ok(writeln!(
