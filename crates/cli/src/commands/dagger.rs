@@ -110,10 +110,6 @@ impl Env for Relabel {
             ..Episode::default()
         };
         self.frame = obs.image.clone();
-        // A language task draws its instruction at reset: the episode records that one.
-        if let Some(text) = &obs.text {
-            self.current.task = Some(text.clone());
-        }
         obs
     }
     fn step(&mut self, action: &[f32]) -> Result<StepResult, EnvError> {
