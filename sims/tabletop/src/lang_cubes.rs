@@ -73,6 +73,8 @@ pub const PARAPHRASE_INDEX: usize = OBSERVED_STATE_DIM + 1;
 /// plus room for an open finger between them. At 8 cm the fingers, which close along world y,
 /// landed on a neighbour 8-9 cm away along y and the pick expert fell to 97%.
 pub const MIN_SEPARATION: f64 = 0.10;
+/// Stream of the reset seed that draws the told instruction under `shuffle_text`.
+const TOLD_STREAM: u64 = 0x7e11;
 /// The common offset of the cubes is uniform in +- this along x and y (m).
 const SPAWN_OFFSET: f64 = 0.04;
 /// Each cube's centre is uniform in +- this around the common offset (m, x then y): the
@@ -143,6 +145,12 @@ pub struct LangCubesConfig {
     /// [`Instruction::canonical`]), for per-instruction evaluation; it overrides
     /// `instructions`. Empty: draw from `instructions`.
     pub instruction: String,
+    /// Language ablation: when true, every observation's text is a paraphrase of an
+    /// instruction drawn uniformly from the `instructions` set (ignoring `instruction`) by a
+    /// stream of the reset seed of its own, independent of the instruction the episode is
+    /// scored on (they coincide with probability 1 / the set's size). Success and score still
+    /// follow the real instruction, and recorded states still hold it.
+    pub shuffle_text: bool,
     /// Domain randomisation (the tabletop tasks' `[env.randomize]`).
     pub randomize: Randomization,
 }
@@ -155,6 +163,7 @@ impl Default for LangCubesConfig {
             max_episode_steps: MAX_EPISODE_STEPS,
             instructions: InstructionSet::Train,
             instruction: String::new(),
+            shuffle_text: false,
             randomize: Randomization::default(),
         }
     }
@@ -208,6 +217,7 @@ pub struct LangSnapshot {
     arm: Snapshot,
     instruction: Instruction,
     paraphrase: usize,
+    told: Option<(Instruction, usize)>,
     done: bool,
 }
 
@@ -218,6 +228,8 @@ pub struct LangCubes {
     arm: Tabletop,
     instruction: Instruction,
     paraphrase: usize,
+    /// The instruction and paraphrase the observations tell instead (`shuffle_text`).
+    told: Option<(Instruction, usize)>,
     done: bool,
     drawing: Arc<ArmDrawing>,
     /// Kept between observations in pixels mode.
@@ -244,6 +256,7 @@ impl LangCubes {
             arm,
             instruction: INSTRUCTIONS[0],
             paraphrase: 0,
+            told: None,
             done: false,
             drawing,
             renderer,
@@ -269,7 +282,22 @@ impl LangCubes {
 
     /// This episode's text, as every observation carries it.
     pub fn text(&self) -> String {
-        self.instruction.text(self.paraphrase)
+        match self.told {
+            Some((i, p)) => i.text(p),
+            None => self.instruction.text(self.paraphrase),
+        }
+    }
+
+    /// The instruction the observations tell under `shuffle_text`, drawn from its own stream
+    /// of `seed`; None without `shuffle_text`.
+    fn draw_told(&self, seed: u64) -> Option<(Instruction, usize)> {
+        if !self.config.shuffle_text {
+            return None;
+        }
+        let mut rng = seeding::rng(seeding::derive(seed, TOLD_STREAM));
+        let set = self.config.instructions.members();
+        let i = set[rng.random_range(0..set.len())];
+        Some((i, rng.random_range(0..PARAPHRASES)))
     }
 
     /// The arm, physics and camera.
@@ -394,6 +422,7 @@ impl LangCubes {
         self.arm.world_mut().set_joint_velocities(qd);
         self.instruction = instruction;
         self.paraphrase = paraphrase;
+        self.told = self.draw_told(seed);
         self.done = false;
         Ok(self.observe())
     }
@@ -402,6 +431,7 @@ impl LangCubes {
         self.arm.set_snapshot(&s.arm);
         self.instruction = s.instruction;
         self.paraphrase = s.paraphrase;
+        self.told = s.told;
         self.done = s.done;
     }
 
@@ -586,6 +616,7 @@ impl Env for LangCubes {
         self.arm.start(rng, q, &cubes, [0.0; 3]);
         self.instruction = instruction;
         self.paraphrase = paraphrase;
+        self.told = self.draw_told(seed);
         self.done = false;
         self.observe()
     }
@@ -620,6 +651,7 @@ impl Env for LangCubes {
             arm: self.arm.snapshot(),
             instruction: self.instruction,
             paraphrase: self.paraphrase,
+            told: self.told,
             done: self.done,
         }
     }

@@ -152,6 +152,40 @@ fn each_set_draws_only_its_instructions() {
     }
 }
 
+/// The language ablation: with `shuffle_text` the observations tell an instruction drawn
+/// independently of the scored one (which is unchanged, as are the scene and the physics),
+/// and snapshots keep what was told.
+#[test]
+fn shuffled_text_tells_another_instruction_and_scores_the_real_one() {
+    let mut plain = fixed("stack red on green");
+    let mut shuffled = env_with(LangCubesConfig {
+        instruction: "stack red on green".into(),
+        shuffle_text: true,
+        ..LangCubesConfig::default()
+    });
+    let mut told = std::collections::HashSet::new();
+    for seed in 0..200 {
+        let (a, b) = (plain.reset(seed), shuffled.reset(seed));
+        assert_eq!(a.state, b.state, "seed {seed}: same scene");
+        assert_eq!(plain.instruction(), shuffled.instruction());
+        assert_eq!(a.text, Some(plain.text()));
+        told.insert(b.text.clone().unwrap());
+    }
+    // Paraphrases of training instructions only, many of them, and the same at every step.
+    assert!(told.len() > 40, "{} distinct texts", told.len());
+    let texts: std::collections::HashSet<String> = INSTRUCTIONS
+        .iter()
+        .filter(|i| !i.is_held_out())
+        .flat_map(|i| (0..PARAPHRASES).map(|p| i.text(p)))
+        .collect();
+    assert!(told.is_subset(&texts));
+    let first = shuffled.reset(7).text;
+    let snap = shuffled.snapshot();
+    let obs = run_expert(&mut shuffled, 5);
+    assert!(obs.iter().all(|o| o.text == first));
+    assert_eq!(shuffled.restore(&snap).text, first);
+}
+
 #[test]
 fn resets_keep_cubes_apart_and_never_start_solved() {
     let mut env = env_with(LangCubesConfig {
