@@ -21,33 +21,48 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use crate::config::TextEncoderConfig;
 use crate::tokenizer::Tokens;
 
-/// Encoded instructions, one row per batch element.
+/// Encoded instructions of a batch: each distinct instruction once, and which one each batch
+/// element reads. A batch holds few distinct instructions (a language suite has tens of
+/// paraphrases, a BC batch hundreds of rows), so the encoder runs on the distinct ones only.
 #[derive(Debug, Clone)]
 pub struct TextTokens<B: Backend> {
-    /// [B, L] token ids.
+    /// [U, L] token ids of the U distinct instructions, in order of first appearance.
     pub ids: Tensor<B, 2, Int>,
-    /// [B, L], true at padding positions.
+    /// [U, L], true at padding positions.
     pub pad: Tensor<B, 2, Bool>,
+    /// [B]: the distinct instruction of each batch element.
+    pub rows: Tensor<B, 1, Int>,
 }
 
 impl<B: Backend> TextTokens<B> {
-    /// Uploads rows of [`Tokens`] (all of one length).
+    /// Uploads rows of [`Tokens`] (all of one length), one per batch element.
     pub fn from_rows<'a>(rows: impl IntoIterator<Item = &'a Tokens>, device: &B::Device) -> Self {
-        let (mut ids, mut pad, mut n, mut len) = (Vec::new(), Vec::new(), 0, 0);
+        let mut distinct: Vec<&Tokens> = Vec::new();
+        let mut index = Vec::new();
         for t in rows {
-            len = t.ids.len();
-            ids.extend(t.ids.iter().map(|&i| i as i64));
-            pad.extend_from_slice(&t.pad);
-            n += 1;
+            let i = match distinct.iter().position(|d| *d == t) {
+                Some(i) => i,
+                None => {
+                    distinct.push(t);
+                    distinct.len() - 1
+                }
+            };
+            index.push(i as i64);
         }
-        Self::from_flat(ids, pad, [n, len], device)
-    }
-
-    /// Uploads flat row-major [B, L] ids and padding flags.
-    pub fn from_flat(ids: Vec<i64>, pad: Vec<bool>, shape: [usize; 2], device: &B::Device) -> Self {
+        let len = distinct.first().map_or(0, |t| t.ids.len());
+        let ids: Vec<i64> = distinct
+            .iter()
+            .flat_map(|t| t.ids.iter().map(|&i| i as i64))
+            .collect();
+        let pad: Vec<bool> = distinct
+            .iter()
+            .flat_map(|t| t.pad.iter().copied())
+            .collect();
+        let (u, b) = (distinct.len(), index.len());
         Self {
-            ids: Tensor::from_data(TensorData::new(ids, shape), device),
-            pad: Tensor::from_data(TensorData::new(pad, shape), device),
+            ids: Tensor::from_data(TensorData::new(ids, [u, len]), device),
+            pad: Tensor::from_data(TensorData::new(pad, [u, len]), device),
+            rows: Tensor::from_data(TensorData::new(index, [b]), device),
         }
     }
 }
@@ -92,9 +107,9 @@ impl<B: Backend> TextEncoder<B> {
         self.output.weight.dims()[1]
     }
 
-    /// [B, L] ids and padding mask -> [B, out_dim].
+    /// The batch's instructions -> [B, out_dim] (each distinct instruction encoded once).
     pub fn forward(&self, text: &TextTokens<B>) -> Tensor<B, 2> {
-        let [b, l] = text.ids.dims();
+        let [u, l] = text.ids.dims();
         let d = self.position_embedding.dims()[1];
         let pos = self
             .position_embedding
@@ -105,10 +120,10 @@ impl<B: Backend> TextEncoder<B> {
         let h = self
             .transformer
             .forward(TransformerEncoderInput::new(h).mask_pad(text.pad.clone()));
-        let keep = text.pad.clone().bool_not().float().reshape([b, l, 1]);
-        let count = keep.clone().sum_dim(1).reshape([b, 1]).clamp_min(1.0);
-        let pooled = (h * keep).sum_dim(1).reshape([b, d]) / count;
-        self.output.forward(pooled)
+        let keep = text.pad.clone().bool_not().float().reshape([u, l, 1]);
+        let count = keep.clone().sum_dim(1).reshape([u, 1]).clamp_min(1.0);
+        let pooled = (h * keep).sum_dim(1).reshape([u, d]) / count;
+        self.output.forward(pooled).select(0, text.rows.clone())
     }
 }
 
@@ -160,6 +175,24 @@ mod tests {
         let w: Vec<f32> = again.into_data().convert::<f32>().into_vec().unwrap();
         for (a, b) in w.iter().zip(&v[..3]) {
             assert!((a - b).abs() < 1e-5, "{w:?} vs {v:?}");
+        }
+        // A batch repeating instructions encodes each distinct one once and gives every row
+        // its own instruction's features.
+        let batch = [&rows[2], &rows[0], &rows[2], &rows[1], &rows[0]];
+        let text = TextTokens::<Cpu>::from_rows(batch, &device);
+        assert_eq!(text.ids.dims()[0], 3, "three distinct instructions");
+        let out: Vec<f32> = enc
+            .forward(&text)
+            .into_data()
+            .convert::<f32>()
+            .into_vec()
+            .unwrap();
+        assert_eq!(out.len(), 5 * 3);
+        for (row, want) in [(0, 2), (1, 0), (2, 2), (3, 1), (4, 0)] {
+            for k in 0..3 {
+                let (a, b) = (out[row * 3 + k], v[want * 3 + k]);
+                assert!((a - b).abs() < 1e-5, "row {row}: {a} vs {b}");
+            }
         }
     }
 }
