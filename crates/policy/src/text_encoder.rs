@@ -2,8 +2,8 @@
 //! conditioning"):
 //!
 //! ```text
-//! h_0 = TokenEmbedding(ids) + PositionEmbedding[0..L]            [B, L, d_model]
-//! h   = TransformerEncoder^layers(h_0, padding mask)              (pre-norm, no dropout)
+//! h_0 = TokenEmbedding(ids) + PositionEmbedding[0..L]            [B, L, d_model], both N(0, 0.02) at init
+//! h   = LayerNorm(TransformerEncoder^layers(h_0, padding mask))   (pre-norm, no dropout)
 //! z   = Linear(sum_l keep_l h_l / max(1, sum_l keep_l))           [B, out_dim]
 //! ```
 //!
@@ -14,7 +14,7 @@ use burn::module::{Initializer, Module, Param};
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
-use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
@@ -73,6 +73,7 @@ pub struct TextEncoder<B: Backend> {
     token_embedding: Embedding<B>,
     position_embedding: Param<Tensor<B, 2>>,
     transformer: TransformerEncoder<B>,
+    final_norm: LayerNorm<B>,
     output: Linear<B>,
 }
 
@@ -81,7 +82,15 @@ impl<B: Backend> TextEncoder<B> {
     pub fn new(vocab_size: usize, cfg: &TextEncoderConfig, device: &B::Device) -> Self {
         let d = cfg.d_model;
         Self {
-            token_embedding: EmbeddingConfig::new(vocab_size, d).init(device),
+            // Token and position embeddings start at the same scale (BERT's N(0, 0.02)), so word
+            // order is visible from the start: Burn's default N(0, 1) token embeddings drowned
+            // the positions, and "stack red on green" read as "stack green on red".
+            token_embedding: EmbeddingConfig::new(vocab_size, d)
+                .with_initializer(Initializer::Normal {
+                    mean: 0.0,
+                    std: 0.02,
+                })
+                .init(device),
             position_embedding: Initializer::Normal {
                 mean: 0.0,
                 std: 0.02,
@@ -93,6 +102,9 @@ impl<B: Backend> TextEncoder<B> {
                 .with_dropout(0.0)
                 .with_norm_first(true)
                 .init(device),
+            // Pre-norm layers leave the residual stream unnormalised; the final LayerNorm gives
+            // the pooled features unit scale, like the normalised state beside them.
+            final_norm: LayerNormConfig::new(d).init(device),
             output: LinearConfig::new(d, cfg.out_dim).init(device),
         }
     }
@@ -120,6 +132,7 @@ impl<B: Backend> TextEncoder<B> {
         let h = self
             .transformer
             .forward(TransformerEncoderInput::new(h).mask_pad(text.pad.clone()));
+        let h = self.final_norm.forward(h);
         let keep = text.pad.clone().bool_not().float().reshape([u, l, 1]);
         let count = keep.clone().sum_dim(1).reshape([u, 1]).clamp_min(1.0);
         let pooled = (h * keep).sum_dim(1).reshape([u, d]) / count;
