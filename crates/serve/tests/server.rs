@@ -78,7 +78,9 @@ fn tiny_text_policy() -> Policy<CpuBackend> {
         text: true,
         ..p.spec
     };
-    Policy::with_text(config, spec, p.norm, vocab, 3, &Default::default()).unwrap()
+    // Seed 11: the untrained network's first actions stay inside the action bounds for both
+    // prompts (with some seeds they saturate at a bound, and the prompts cannot differ there).
+    Policy::with_text(config, spec, p.norm, vocab, 11, &Default::default()).unwrap()
 }
 
 /// Wraps a model so the test decides when each call runs: a call announces itself on
@@ -335,8 +337,7 @@ async fn a_text_policy_reads_the_prompt_and_refuses_bad_ones() {
                 &Default::default(),
             )
             .unwrap()
-            .actions[..4]
-            .to_vec()
+            .actions
     };
     let red = client
         .infer(&ask(Some("Stack the red cube.")))
