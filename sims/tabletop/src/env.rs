@@ -967,30 +967,62 @@ impl Tabletop {
     }
 }
 
+/// The observation space of an arm task: the state components `indices` of `names` (bounded
+/// by +-10), the camera image in pixels mode, and `text` when an instruction comes along.
+pub(crate) fn arm_observation_space(
+    names: &[String],
+    indices: &[usize],
+    obs: ObsMode,
+    image_size: u32,
+    text: bool,
+) -> ObservationSpace {
+    let n = indices.len();
+    ObservationSpace {
+        state: Some(BoxSpace {
+            low: vec![-10.0; n],
+            high: vec![10.0; n],
+            names: indices.iter().map(|&i| names[i].clone()).collect(),
+        }),
+        image: (obs == ObsMode::Pixels).then_some(ImageSpace {
+            height: image_size,
+            width: image_size,
+        }),
+        text,
+        agents: 1,
+    }
+}
+
+/// `Task::unobserved` of an arm task: camera pose and colour jitter only change camera
+/// images, which a state policy does not observe; a pixels policy observes every field.
+pub(crate) fn camera_only_unobserved(obs: ObsMode, fields: &[String]) -> Option<String> {
+    if fields.is_empty() || obs == ObsMode::Pixels {
+        return None;
+    }
+    let camera_only = fields.iter().all(|f| {
+        matches!(
+            f.as_str(),
+            "camera_pos_jitter" | "camera_rot_jitter" | "color_jitter"
+        )
+    });
+    camera_only.then(|| {
+        "camera pose and colour jitter only change camera images (the policy observes states)"
+            .into()
+    })
+}
+
 impl Env for Tabletop {
     type Snapshot = Snapshot;
 
     fn observation_space(&self) -> ObservationSpace {
         let all = self.config.kind.state_names();
-        let names: Vec<String> = observed_indices(self.config.kind, self.config.obs)
-            .into_iter()
-            .map(|i| all[i].clone())
-            .collect();
-        let n = names.len();
-        let size = self.config.image_size;
-        ObservationSpace {
-            state: Some(BoxSpace {
-                low: vec![-10.0; n],
-                high: vec![10.0; n],
-                names,
-            }),
-            image: (self.config.obs == ObsMode::Pixels).then_some(ImageSpace {
-                height: size,
-                width: size,
-            }),
-            text: false,
-            agents: 1,
-        }
+        let indices = observed_indices(self.config.kind, self.config.obs);
+        arm_observation_space(
+            &all,
+            &indices,
+            self.config.obs,
+            self.config.image_size,
+            false,
+        )
     }
 
     fn action_space(&self) -> BoxSpace {

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use diffrl_core::config::{Invalid, Validate};
 use diffrl_core::scene::{ActionPoints3d, Body, Scene, Shape3d, Transform3d};
 use diffrl_core::seeding::{self, Rng};
-use diffrl_core::space::{ImageObs, ImageSpace};
+use diffrl_core::space::ImageObs;
 use diffrl_core::stages::StagePredicates;
 use diffrl_core::task::{DatasetInfo, Expert, Task, TaskEnv};
 use diffrl_core::{BoxSpace, Env, EnvError, Info, Observation, ObservationSpace, StepResult};
@@ -575,26 +575,14 @@ impl Env for LangCubes {
     type Snapshot = LangSnapshot;
 
     fn observation_space(&self) -> ObservationSpace {
-        let all = state_names();
-        let names: Vec<String> = observed_indices(self.config.obs)
-            .into_iter()
-            .map(|i| all[i].clone())
-            .collect();
-        let n = names.len();
-        let size = self.config.image_size;
-        ObservationSpace {
-            state: Some(BoxSpace {
-                low: vec![-10.0; n],
-                high: vec![10.0; n],
-                names,
-            }),
-            image: (self.config.obs == ObsMode::Pixels).then_some(ImageSpace {
-                height: size,
-                width: size,
-            }),
-            text: true,
-            agents: 1,
-        }
+        let indices = observed_indices(self.config.obs);
+        crate::env::arm_observation_space(
+            &state_names(),
+            &indices,
+            self.config.obs,
+            self.config.image_size,
+            true,
+        )
     }
 
     fn action_space(&self) -> BoxSpace {
@@ -1037,20 +1025,7 @@ impl Task for LangCubesTask {
 
     /// Camera and colour jitter only change images: unobserved by state policies.
     fn unobserved(&self, config: &LangCubesConfig, fields: &[String]) -> Option<String> {
-        if fields.is_empty() || config.obs == ObsMode::Pixels {
-            return None;
-        }
-        let camera_only = fields.iter().all(|f| {
-            matches!(
-                f.as_str(),
-                "camera_pos_jitter" | "camera_rot_jitter" | "color_jitter"
-            )
-        });
-        camera_only.then(|| {
-            "camera pose and colour jitter only change camera images (the policy observes \
-             states)"
-                .into()
-        })
+        crate::env::camera_only_unobserved(config.obs, fields)
     }
 
     fn expert(&self, config: &ExpertConfig, seed: u64) -> Option<Box<dyn Expert<LangCubes>>> {

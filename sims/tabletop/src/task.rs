@@ -121,20 +121,7 @@ impl Task for TabletopTask {
     /// Camera jitter and colour jitter only change camera images: unobserved by state
     /// policies; a pixels policy observes every field.
     fn unobserved(&self, config: &TabletopConfig, fields: &[String]) -> Option<String> {
-        if fields.is_empty() || config.obs == ObsMode::Pixels {
-            return None;
-        }
-        let camera_only = fields.iter().all(|f| {
-            matches!(
-                f.as_str(),
-                "camera_pos_jitter" | "camera_rot_jitter" | "color_jitter"
-            )
-        });
-        camera_only.then(|| {
-            "camera pose and colour jitter only change camera images (the policy observes \
-             states)"
-                .into()
-        })
+        crate::env::camera_only_unobserved(config.obs, fields)
     }
 
     fn expert(
