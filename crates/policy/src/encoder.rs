@@ -1,7 +1,7 @@
 //! Observation encoders: the stacked state history (optionally through an MLP), for pixel
-//! observations a CNN per frame, and for language-conditioned policies the instruction encoder
-//! ([`TextEncoder`]). Output: one condition vector per batch element, the concatenation of
-//! their features.
+//! observations the CNN or the patch encoder per frame, and for language-conditioned policies
+//! the instruction encoder ([`TextEncoder`]). Output: one condition vector per batch element,
+//! the concatenation of their features.
 
 use burn::module::Module;
 use burn::tensor::Tensor;
