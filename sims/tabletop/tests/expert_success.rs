@@ -171,33 +171,3 @@ fn trace_episode() {
         }
     }
 }
-
-/// Prints one lang-cubes expert episode: `TRACE_INSTRUCTION="put red left of green"
-/// TRACE_SEED=0`.
-#[test]
-#[ignore = "a debugging aid: prints one episode"]
-fn trace_lang_episode() {
-    let instruction = std::env::var("TRACE_INSTRUCTION").unwrap_or_else(|_| "pick red".into());
-    let seed = var("TRACE_SEED", 0);
-    let task = LangCubesTask;
-    let mut env = task.build(&LangCubesConfig {
-        instruction,
-        ..LangCubesConfig::default()
-    });
-    env.reset(seed);
-    println!("{}  cubes {:.3?}", env.text(), &env.true_state()[22..43]);
-    let mut expert = task.expert(&ExpertConfig::default(), seed).unwrap();
-    for k in 0..env.max_episode_steps() {
-        let a = expert.act(&env);
-        let r = env.step(&a).unwrap();
-        let f = env.facts();
-        println!(
-            "{k:2} a {a:5.2?}  {}  grasped {:?}",
-            diffrl_core::task::TaskEnv::describe_step(&env, &a, &r),
-            f.cubes.map(|c| c.grasped)
-        );
-        if r.terminated || r.truncated {
-            break;
-        }
-    }
-}
