@@ -50,7 +50,7 @@ use crate::expert::{
     toward_capped, xy_dist,
 };
 use crate::language::{
-    Color, CubeFacts, INSTRUCTIONS, Instruction, InstructionSet, PARAPHRASES, PICK_LIFT,
+    Color, CubeFacts, GOAL_DIM, INSTRUCTIONS, Instruction, InstructionSet, PARAPHRASES, PICK_LIFT,
     SceneFacts, Side, beside, beside_point, on_top,
 };
 use crate::pixels::ArmDrawing;
@@ -112,6 +112,22 @@ pub fn observed_indices(obs: ObsMode) -> Vec<usize> {
     }
 }
 
+/// Names of the goal values `goal_in_state` appends ([`Instruction::one_hot`]).
+pub fn goal_names() -> Vec<String> {
+    let mut n: Vec<String> = ["pick", "stack", "left_of", "right_of"]
+        .iter()
+        .map(|f| format!("goal_{f}"))
+        .collect();
+    for role in ["cube", "reference"] {
+        n.extend(
+            Color::ALL
+                .iter()
+                .map(|c| format!("goal_{role}_{}", c.name())),
+        );
+    }
+    n
+}
+
 /// Positions (noised by `obs_noise`): joint positions, TCP, cube centres.
 fn is_position(i: usize) -> bool {
     i < layout::QD
@@ -151,6 +167,11 @@ pub struct LangCubesConfig {
     /// scored on (they coincide with probability 1 / the set's size). Success and score still
     /// follow the real instruction, and recorded states still hold it.
     pub shuffle_text: bool,
+    /// Oracle ablation: when true, the observed state ends with the told instruction's
+    /// one-hot form ([`Instruction::one_hot`]: family, moved cube, reference cube; 10 values),
+    /// so a policy can follow the goal without reading the text. It measures what the text
+    /// path costs; the text is still in every observation.
+    pub goal_in_state: bool,
     /// Domain randomisation (the tabletop tasks' `[env.randomize]`).
     pub randomize: Randomization,
 }
@@ -164,6 +185,7 @@ impl Default for LangCubesConfig {
             instructions: InstructionSet::Train,
             instruction: String::new(),
             shuffle_text: false,
+            goal_in_state: false,
             randomize: Randomization::default(),
         }
     }
@@ -286,6 +308,21 @@ impl LangCubes {
             Some((i, p)) => i.text(p),
             None => self.instruction.text(self.paraphrase),
         }
+    }
+
+    /// How many goal values end the observed state (`goal_in_state`).
+    fn goal_len(&self) -> usize {
+        if self.config.goal_in_state {
+            crate::language::GOAL_DIM
+        } else {
+            0
+        }
+    }
+
+    /// The instruction the observations tell: the real one, or the shuffled one under
+    /// `shuffle_text`.
+    pub fn told_instruction(&self) -> Instruction {
+        self.told.map_or(self.instruction, |(i, _)| i)
     }
 
     /// The instruction the observations tell under `shuffle_text`, drawn from its own stream
@@ -576,13 +613,19 @@ impl Env for LangCubes {
 
     fn observation_space(&self) -> ObservationSpace {
         let indices = observed_indices(self.config.obs);
-        crate::env::arm_observation_space(
+        let mut space = crate::env::arm_observation_space(
             &state_names(),
             &indices,
             self.config.obs,
             self.config.image_size,
             true,
-        )
+        );
+        if let (Some(state), true) = (space.state.as_mut(), self.config.goal_in_state) {
+            state.low.extend([0.0; GOAL_DIM]);
+            state.high.extend([1.0; GOAL_DIM]);
+            state.names.extend(goal_names());
+        }
+        space
     }
 
     fn action_space(&self) -> BoxSpace {
@@ -662,6 +705,9 @@ impl Env for LangCubes {
             };
             state.push((s[i] + n) as f32);
         }
+        if self.config.goal_in_state {
+            state.extend(self.told_instruction().one_hot());
+        }
         let image = match self.renderer.take() {
             Some(mut renderer) => {
                 let image = self.draw(&mut renderer);
@@ -717,6 +763,7 @@ impl Env for LangCubes {
                         0.5
                     }
                 })
+                .chain(std::iter::repeat_n(0.5, self.goal_len()))
                 .collect(),
         )
     }
@@ -876,9 +923,10 @@ impl Expert<LangCubes> for LangExpert {
 
 /// Stages for the progress reward model: reach, grasp, lift and place the named cube, with
 /// [`crate::stages::TabletopStages`]' thresholds. The named cube and the place test come
-/// from the instruction a recorded state holds; a state observation (without the
-/// instruction indices) is judged on the cube nearest the TCP and never completes "place"
-/// (stage labels count a successful episode's last state as complete anyway).
+/// from the instruction a recorded state holds, or from the goal values a `goal_in_state`
+/// observation ends with; a state observation without either is judged on the cube nearest
+/// the TCP and never completes "place" (stage labels count a successful episode's last state
+/// as complete anyway).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LangStages {
     /// The TCP counts as at a cube within this distance of its centre (m).
@@ -909,13 +957,18 @@ impl StagePredicates for LangStages {
     }
 
     fn completed(&self, state: &[f32]) -> usize {
-        if state.len() != STATE_DIM && state.len() != OBSERVED_STATE_DIM {
+        let with_goal = OBSERVED_STATE_DIM + GOAL_DIM;
+        if ![STATE_DIM, OBSERVED_STATE_DIM, with_goal].contains(&state.len()) {
             return 0;
         }
         let s: Vec<f64> = state.iter().map(|&v| f64::from(v)).collect();
         let v = View { s: &s };
         let tcp = v.tcp();
-        let instruction = recorded_instruction(&s).map(|(i, _)| i);
+        let instruction = if state.len() == with_goal {
+            Instruction::from_one_hot(&state[OBSERVED_STATE_DIM..])
+        } else {
+            recorded_instruction(&s).map(|(i, _)| i)
+        };
         let dist = |c: [f64; 3]| {
             ((c[0] - tcp[0]).powi(2) + (c[1] - tcp[1]).powi(2) + (c[2] - tcp[2]).powi(2)).sqrt()
         };
@@ -985,17 +1038,29 @@ impl Task for LangCubesTask {
     }
 
     /// The recorded state without the instruction indices (state mode), or its
-    /// proprioception (pixels mode).
+    /// proprioception (pixels mode); then the recorded instruction's one-hot form under
+    /// `goal_in_state`.
     fn observe_recorded(
         &self,
         config: &LangCubesConfig,
         state: &[f32],
     ) -> Result<Vec<f32>, String> {
         if state.len() == STATE_DIM {
-            Ok(observed_indices(config.obs)
+            let mut observed: Vec<f32> = observed_indices(config.obs)
                 .into_iter()
                 .map(|i| state[i])
-                .collect())
+                .collect();
+            if config.goal_in_state {
+                let s: Vec<f64> = state.iter().map(|&v| f64::from(v)).collect();
+                let (instruction, _) = recorded_instruction(&s).ok_or_else(|| {
+                    format!(
+                        "records instruction_index {} and paraphrase_index {}, not valid indices",
+                        state[INSTRUCTION_INDEX], state[PARAPHRASE_INDEX]
+                    )
+                })?;
+                observed.extend(instruction.one_hot());
+            }
+            Ok(observed)
         } else {
             Err(format!(
                 "holds {}-d states; {NAME} records {STATE_DIM} values ({})",

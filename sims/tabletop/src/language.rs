@@ -152,6 +152,9 @@ const BESIDE_TEMPLATES: [&str; PARAPHRASES] = [
 /// Paraphrases per instruction.
 pub const PARAPHRASES: usize = 4;
 
+/// Length of an instruction's one-hot form ([`Instruction::one_hot`]).
+pub const GOAL_DIM: usize = 10;
+
 impl Instruction {
     /// The family's name: `pick`, `stack`, `left-of`, `right-of`.
     pub fn family(self) -> &'static str {
@@ -213,6 +216,33 @@ impl Instruction {
             .replace("{x}", self.cube().name())
             .replace("{y}", self.reference().map_or("", Color::name))
             .replace("{side}", side)
+    }
+
+    /// The instruction as [`GOAL_DIM`] numbers (`[env] goal_in_state`): a one-hot of the
+    /// family (pick, stack, left-of, right-of), of the moved cube's colour (red, green, blue)
+    /// and of the reference's colour (all zero for pick).
+    pub fn one_hot(self) -> [f32; GOAL_DIM] {
+        let mut v = [0.0; GOAL_DIM];
+        let family = match self {
+            Pick(_) => 0,
+            Stack(..) => 1,
+            Beside(_, Left, _) => 2,
+            Beside(_, Right, _) => 3,
+        };
+        v[family] = 1.0;
+        v[4 + self.cube().index()] = 1.0;
+        if let Some(y) = self.reference() {
+            v[7 + y.index()] = 1.0;
+        }
+        v
+    }
+
+    /// The instruction whose [`Instruction::one_hot`] form `v` is (each value within 0.5 of
+    /// it), if any.
+    pub fn from_one_hot(v: &[f32]) -> Option<Self> {
+        INSTRUCTIONS.into_iter().find(|i| {
+            v.len() == GOAL_DIM && i.one_hot().iter().zip(v).all(|(a, b)| (a - b).abs() < 0.5)
+        })
     }
 
     /// Whether it is one of the [`HELD_OUT`] combinations.

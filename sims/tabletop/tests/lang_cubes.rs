@@ -13,7 +13,7 @@ use diffrl_tabletop::lang_cubes::{
     PARAPHRASE_INDEX, STATE_DIM,
 };
 use diffrl_tabletop::language::{
-    Color, HELD_OUT, INSTRUCTIONS, Instruction, InstructionSet, PARAPHRASES, Side,
+    Color, GOAL_DIM, HELD_OUT, INSTRUCTIONS, Instruction, InstructionSet, PARAPHRASES, Side,
 };
 use diffrl_tabletop::world::CUBE_HALF;
 
@@ -184,6 +184,61 @@ fn shuffled_text_tells_another_instruction_and_scores_the_real_one() {
     let obs = run_expert(&mut shuffled, 5);
     assert!(obs.iter().all(|o| o.text == first));
     assert_eq!(shuffled.restore(&snap).text, first);
+}
+
+/// The oracle ablation: with `goal_in_state` the observed state ends with the told
+/// instruction's one-hot form, the same from a live episode and from its recorded state, and
+/// every instruction gets a different one.
+#[test]
+fn goal_in_state_appends_the_told_instructions_one_hot() {
+    let config = LangCubesConfig {
+        instructions: InstructionSet::All,
+        goal_in_state: true,
+        ..LangCubesConfig::default()
+    };
+    let mut env = env_with(config.clone());
+    let mut plain = env_with(LangCubesConfig {
+        goal_in_state: false,
+        ..config.clone()
+    });
+    for seed in 0..30 {
+        let (o, p) = (env.reset(seed), plain.reset(seed));
+        assert_eq!(o.state.len(), OBSERVED_STATE_DIM + GOAL_DIM);
+        assert_eq!(o.state[..OBSERVED_STATE_DIM], p.state[..]);
+        assert_eq!(o.state[OBSERVED_STATE_DIM..], env.instruction().one_hot());
+        let recorded: Vec<f32> = env.true_state().iter().map(|&v| v as f32).collect();
+        assert_eq!(
+            LangCubesTask.observe_recorded(&config, &recorded).unwrap(),
+            o.state
+        );
+        assert_eq!(env.anchor_cells().unwrap().len(), o.state.len());
+        let names = &env.observation_space().state.unwrap().names;
+        assert_eq!(names.len(), o.state.len());
+        assert_eq!(names[OBSERVED_STATE_DIM], "goal_pick");
+        let goal = &o.state[OBSERVED_STATE_DIM..];
+        assert_eq!(Instruction::from_one_hot(goal), Some(env.instruction()));
+    }
+    let forms: std::collections::HashSet<Vec<u32>> = INSTRUCTIONS
+        .iter()
+        .map(|i| i.one_hot().iter().map(|v| v.to_bits()).collect())
+        .collect();
+    assert_eq!(forms.len(), INSTRUCTIONS.len());
+    // Under shuffle_text the one-hot follows the told instruction, like the text.
+    let mut shuffled = env_with(LangCubesConfig {
+        instruction: "pick red".into(),
+        shuffle_text: true,
+        ..config
+    });
+    let told: std::collections::HashSet<Vec<u32>> = (0..50)
+        .map(|seed| {
+            let o = shuffled.reset(seed);
+            o.state[OBSERVED_STATE_DIM..]
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        })
+        .collect();
+    assert!(told.len() > 5, "{} distinct told goals", told.len());
 }
 
 #[test]
