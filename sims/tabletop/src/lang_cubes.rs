@@ -102,10 +102,12 @@ pub fn state_names() -> Vec<String> {
     n
 }
 
-/// Indices into the true state of an observation's state part in mode `obs`.
-pub fn observed_indices(obs: ObsMode) -> Vec<usize> {
-    match obs {
-        ObsMode::State => (0..OBSERVED_STATE_DIM).collect(),
+/// Indices into the true state of the state part of `config`'s observations.
+pub fn observed_indices(config: &LangCubesConfig) -> Vec<usize> {
+    match config.obs {
+        ObsMode::State => (0..OBSERVED_STATE_DIM)
+            .filter(|i| config.joint_velocities || !(layout::QD..layout::TCP).contains(i))
+            .collect(),
         ObsMode::Pixels => (layout::Q..layout::Q + 9)
             .chain(layout::TCP..layout::GRIPPER + 1)
             .collect(),
@@ -172,6 +174,8 @@ pub struct LangCubesConfig {
     /// so a policy can follow the goal without reading the text. It measures what the text
     /// path costs; the text is still in every observation.
     pub goal_in_state: bool,
+    /// Whether state observations hold the joint velocities (pixels observations never do).
+    pub joint_velocities: bool,
     /// Domain randomisation (the tabletop tasks' `[env.randomize]`).
     pub randomize: Randomization,
 }
@@ -186,6 +190,7 @@ impl Default for LangCubesConfig {
             instruction: String::new(),
             shuffle_text: false,
             goal_in_state: false,
+            joint_velocities: true,
             randomize: Randomization::default(),
         }
     }
@@ -612,7 +617,7 @@ impl Env for LangCubes {
     type Snapshot = LangSnapshot;
 
     fn observation_space(&self) -> ObservationSpace {
-        let indices = observed_indices(self.config.obs);
+        let indices = observed_indices(&self.config);
         let mut space = crate::env::arm_observation_space(
             &state_names(),
             &indices,
@@ -696,7 +701,7 @@ impl Env for LangCubes {
         let s = self.true_state();
         let std = self.config.randomize.obs_noise;
         let normal = (std > 0.0).then(|| Normal::new(0.0, std).unwrap_or_else(|_| unreachable!()));
-        let indices = observed_indices(self.config.obs);
+        let indices = observed_indices(&self.config);
         let mut state = Vec::with_capacity(indices.len());
         for i in indices {
             let n = match (&normal, is_position(i)) {
@@ -750,7 +755,7 @@ impl Env for LangCubes {
     /// observed state component), as the tabletop tasks'.
     fn anchor_cells(&self) -> Option<Vec<f32>> {
         Some(
-            observed_indices(self.config.obs)
+            observed_indices(&self.config)
                 .into_iter()
                 .map(|i| {
                     if i < layout::QD {
@@ -933,6 +938,9 @@ pub struct LangStages {
     pub reach: f64,
     /// A cube counts as lifted this far above resting on the table (m).
     pub lift: f64,
+    /// Whether the state observations it judges hold the joint velocities (`[env]
+    /// joint_velocities`); recorded states always do.
+    pub joint_velocities: bool,
 }
 
 impl Default for LangStages {
@@ -940,6 +948,7 @@ impl Default for LangStages {
         Self {
             reach: 0.02,
             lift: 0.01,
+            joint_velocities: true,
         }
     }
 }
@@ -957,6 +966,15 @@ impl StagePredicates for LangStages {
     }
 
     fn completed(&self, state: &[f32]) -> usize {
+        let velocities = layout::TCP - layout::QD;
+        let without = [OBSERVED_STATE_DIM, OBSERVED_STATE_DIM + GOAL_DIM].map(|n| n - velocities);
+        if !self.joint_velocities && without.contains(&state.len()) {
+            // Judged in the full layout; no predicate reads the velocities.
+            let mut full = state[..layout::QD].to_vec();
+            full.extend(std::iter::repeat_n(0.0, velocities));
+            full.extend(&state[layout::QD..]);
+            return self.completed(&full);
+        }
         let with_goal = OBSERVED_STATE_DIM + GOAL_DIM;
         if ![STATE_DIM, OBSERVED_STATE_DIM, with_goal].contains(&state.len()) {
             return 0;
@@ -1046,7 +1064,7 @@ impl Task for LangCubesTask {
         state: &[f32],
     ) -> Result<Vec<f32>, String> {
         if state.len() == STATE_DIM {
-            let mut observed: Vec<f32> = observed_indices(config.obs)
+            let mut observed: Vec<f32> = observed_indices(config)
                 .into_iter()
                 .map(|i| state[i])
                 .collect();
@@ -1101,8 +1119,11 @@ impl Task for LangCubesTask {
         "Scripted".into()
     }
 
-    fn stages(&self, _config: &LangCubesConfig) -> Option<Box<dyn StagePredicates>> {
-        Some(Box::new(LangStages::default()))
+    fn stages(&self, config: &LangCubesConfig) -> Option<Box<dyn StagePredicates>> {
+        Some(Box::new(LangStages {
+            joint_velocities: config.joint_velocities,
+            ..LangStages::default()
+        }))
     }
 
     /// The scripted expert's action with uniform noise of +-0.2 on the motion components.

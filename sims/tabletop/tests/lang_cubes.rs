@@ -241,6 +241,31 @@ fn goal_in_state_appends_the_told_instructions_one_hot() {
     assert!(told.len() > 5, "{} distinct told goals", told.len());
 }
 
+/// `joint_velocities = false` leaves exactly the nine joint velocities out of state
+/// observations, live and recorded alike.
+#[test]
+fn joint_velocities_can_be_left_out() {
+    let config = LangCubesConfig {
+        joint_velocities: false,
+        ..LangCubesConfig::default()
+    };
+    let (mut env, mut full) = (env_with(config.clone()), fixed(""));
+    let o = env.reset(3);
+    let f = full.reset(3);
+    let mut expected = f.state[..layout::QD].to_vec();
+    expected.extend(&f.state[layout::TCP..]);
+    assert_eq!(o.state, expected);
+    let names = env.observation_space().state.unwrap().names;
+    assert_eq!(names.len(), o.state.len());
+    assert!(!names.iter().any(|n| n.starts_with("qd_")), "{names:?}");
+    let recorded: Vec<f32> = env.true_state().iter().map(|&v| v as f32).collect();
+    assert_eq!(
+        LangCubesTask.observe_recorded(&config, &recorded).unwrap(),
+        o.state
+    );
+    assert_eq!(env.anchor_cells().unwrap().len(), o.state.len());
+}
+
 #[test]
 fn resets_keep_cubes_apart_and_never_start_solved() {
     let mut env = env_with(LangCubesConfig {
@@ -407,6 +432,20 @@ fn stages_follow_the_named_cube() {
         .map(|&v| v as f32)
         .collect();
     assert!(stages.completed(&s) < 4);
+    // Observations that end with the goal (goal_in_state) complete it, with or without the
+    // joint velocities (the task's predicates for that config).
+    for joint_velocities in [true, false] {
+        let config = LangCubesConfig {
+            instruction: "stack green on blue".into(),
+            goal_in_state: true,
+            joint_velocities,
+            ..LangCubesConfig::default()
+        };
+        let recorded: Vec<f32> = env.true_state().iter().map(|&v| v as f32).collect();
+        let observed = LangCubesTask.observe_recorded(&config, &recorded).unwrap();
+        let predicates = LangCubesTask.stages(&config).unwrap();
+        assert_eq!(predicates.completed(&observed), 4, "{joint_velocities}");
+    }
 }
 
 #[test]
