@@ -3,7 +3,7 @@
 use diffrl_core::config::{Invalid, Validate, ensure};
 use serde::{Deserialize, Serialize};
 
-use crate::schedule::{SamplerKind, ScheduleKind};
+use crate::schedule::{Prediction, SamplerKind, ScheduleKind};
 
 /// Which policy family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -197,6 +197,10 @@ const DEFAULT_PATCH_SIZE: usize = 8;
 const DEFAULT_PATCH_HIDDEN: usize = 64;
 const DEFAULT_TOKEN_DIM: usize = 32;
 
+fn is_false(v: &bool) -> bool {
+    !v
+}
+
 fn is_default_patch_size(v: &usize) -> bool {
     *v == DEFAULT_PATCH_SIZE
 }
@@ -234,6 +238,11 @@ pub struct DenoiserConfig {
     pub hidden: usize,
     /// Residual MLP blocks (two linear layers each).
     pub blocks: usize,
+    /// Residual MLP: FiLM-modulate every block by the condition (docs/policy.md, "Language
+    /// conditioning"). Left out of a serialised config while false, so earlier checkpoints
+    /// read as before.
+    #[serde(skip_serializing_if = "is_false")]
+    pub film: bool,
     /// Sinusoidal step-embedding width.
     pub step_embed_dim: usize,
     /// Nonlinearity.
@@ -252,6 +261,7 @@ impl Default for DenoiserConfig {
             kind: DenoiserKind::Mlp,
             hidden: 256,
             blocks: 3,
+            film: false,
             step_embed_dim: 32,
             activation: Activation::Mish,
             unet_down_dims: vec![64, 128, 256],
@@ -289,6 +299,11 @@ pub struct DiffusionConfig {
     pub noise_clip: f64,
     /// K': the last K' denoising steps use the trainable network (0 = all K).
     pub ft_denoising_steps: usize,
+    /// What the denoiser predicts: `"epsilon"` (the noise, Diffusion Policy's default) or
+    /// `"sample"` (the clean chunk; docs/policy.md, "What the denoiser predicts"). Left out of a
+    /// serialised config while `"epsilon"`, so earlier checkpoints read as before.
+    #[serde(skip_serializing_if = "Prediction::is_epsilon")]
+    pub prediction: Prediction,
 }
 
 impl Default for DiffusionConfig {
@@ -306,6 +321,7 @@ impl Default for DiffusionConfig {
             logprob_clamp: [-5.0, 2.0],
             noise_clip: 3.0,
             ft_denoising_steps: 0,
+            prediction: Prediction::Epsilon,
         }
     }
 }

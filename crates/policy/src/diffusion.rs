@@ -16,7 +16,7 @@ use rand_distr::StandardNormal;
 use crate::config::{DenoiserConfig, DiffusionConfig, EncoderConfig};
 use crate::denoiser::Denoiser;
 use crate::encoder::{ImageShape, ObsEncoder, ObsTensors};
-use crate::schedule::{Schedule, StepCoeffs, q_sample_coeffs, step_coeffs};
+use crate::schedule::{Prediction, Schedule, StepCoeffs, q_sample_coeffs, step_coeffs};
 
 const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
 
@@ -134,8 +134,9 @@ impl DiffusionProcess {
         c.sigma.max(self.cfg.min_logprob_std)
     }
 
-    /// Behaviour-cloning loss: mean squared error of the predicted noise at uniformly drawn
-    /// timesteps (docs/algorithms.md §1). `actions`: [B, Tp, Da] normalised.
+    /// Behaviour-cloning loss: mean squared error of the predicted noise (or, with sample
+    /// prediction, of the predicted chunk) at uniformly drawn timesteps (docs/algorithms.md
+    /// §1). `actions`: [B, Tp, Da] normalised.
     pub fn bc_loss<B: Backend>(
         &self,
         model: &DiffusionModel<B>,
@@ -154,14 +155,18 @@ impl DiffusionProcess {
         };
         let (sa, s1a) = (col(&self.sqrt_abar), col(&self.sqrt_one_minus_abar));
         let eps = normal_tensor::<B, 3>(rng, [b, tp, da], None, &device);
-        let x_t = actions * sa + eps.clone() * s1a;
+        let target = match self.cfg.prediction {
+            Prediction::Epsilon => eps.clone(),
+            Prediction::Sample => actions.clone(),
+        };
+        let x_t = actions * sa + eps * s1a;
         let t_f = Tensor::<B, 1>::from_data(
             TensorData::new(t.iter().map(|&i| i as f32).collect::<Vec<_>>(), [b]),
             &device,
         );
         let cond = model.encoder.forward(obs);
         let pred = model.denoiser.forward(x_t, t_f, cond);
-        (pred - eps).square().mean()
+        (pred - target).square().mean()
     }
 
     /// Samples a chain for a batch of observations. Steps before the last K' use `frozen` when
@@ -272,8 +277,13 @@ impl DiffusionProcess {
             .forward(x.clone(), t, model.encoder.forward(obs));
         let c3 = |f: &dyn Fn(&StepCoeffs) -> f64| col(f).reshape([n, 1, 1]);
         let clip = self.cfg.clip_x0;
-        let x0 = ((x.clone() - eps * c3(&|c| c.sqrt_one_minus_abar)) / c3(&|c| c.sqrt_abar))
-            .clamp(-clip, clip);
+        let x0 = match self.cfg.prediction {
+            Prediction::Epsilon => {
+                (x.clone() - eps * c3(&|c| c.sqrt_one_minus_abar)) / c3(&|c| c.sqrt_abar)
+            }
+            Prediction::Sample => eps,
+        }
+        .clamp(-clip, clip);
         let mu = x0 * c3(&|c| c.c_x0) + x * c3(&|c| c.c_xt);
         let std = c3(&|c| self.logprob_std(c));
         let z = (next - mu) / std.clone();
@@ -284,10 +294,15 @@ impl DiffusionProcess {
             .reshape([n])
     }
 
-    /// mu = c_x0 * clamp(x0_hat) + c_xt * x.
-    fn mean<B: Backend>(&self, x: Tensor<B, 3>, eps: Tensor<B, 3>, c: &StepCoeffs) -> Tensor<B, 3> {
+    /// mu = c_x0 * clamp(x0_hat) + c_xt * x, x0_hat from the network output `out` (the noise
+    /// or the chunk, `[policy.diffusion] prediction`).
+    fn mean<B: Backend>(&self, x: Tensor<B, 3>, out: Tensor<B, 3>, c: &StepCoeffs) -> Tensor<B, 3> {
         let clip = self.cfg.clip_x0;
-        let x0 = ((x.clone() - eps * c.sqrt_one_minus_abar) / c.sqrt_abar).clamp(-clip, clip);
+        let x0 = match self.cfg.prediction {
+            Prediction::Epsilon => (x.clone() - out * c.sqrt_one_minus_abar) / c.sqrt_abar,
+            Prediction::Sample => out,
+        }
+        .clamp(-clip, clip);
         x0 * c.c_x0 + x * c.c_xt
     }
 

@@ -101,10 +101,29 @@ pub enum SamplerKind {
     Ddpm,
 }
 
+/// What the denoiser's output estimates (diffusers' `prediction_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Prediction {
+    /// The noise: x0_hat = (x - sqrt(1 - abar) out) / sqrt(abar); the loss is on the noise.
+    #[default]
+    Epsilon,
+    /// The clean action chunk itself: x0_hat = out; the loss is on the chunk.
+    Sample,
+}
+
+impl Prediction {
+    /// Whether this is the default (serialised configs leave it out then).
+    pub fn is_epsilon(&self) -> bool {
+        *self == Self::Epsilon
+    }
+}
+
 /// Coefficients of one reverse step x_t -> x_prev, precomputed once.
 ///
-/// With eps the network output:
-/// x0_hat = clamp((x - sqrt(1 - abar) eps) / sqrt(abar), -c, c) and
+/// With eps the network output (epsilon prediction):
+/// x0_hat = clamp((x - sqrt(1 - abar) eps) / sqrt(abar), -c, c) (sample prediction:
+/// x0_hat = clamp(out, -c, c)) and
 /// mu = c_x0 * x0_hat + c_xt * x. sigma is the kernel's own standard deviation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepCoeffs {

@@ -8,7 +8,7 @@ use common::*;
 use diffrl_core::seeding::rng;
 use diffrl_policy::config::ImageEncoderKind;
 use diffrl_policy::diffusion::step_logp;
-use diffrl_policy::schedule::{Schedule, chain_timesteps};
+use diffrl_policy::schedule::{Prediction, Schedule, chain_timesteps};
 use diffrl_policy::{ObsBatch, Policy, PolicyModel, SampleMode};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
@@ -51,15 +51,27 @@ fn step_logp_is_the_closed_form_gaussian() {
     }
 }
 
-/// Reference DDIM step written from docs/algorithms.md §1 directly, in f64.
-fn reference_mean(x: &[f32], eps: &[f32], a: f64, ap: f64, eta: f64) -> (Vec<f64>, f64) {
+/// Reference DDIM step written from docs/algorithms.md §1 directly, in f64; `out` is the
+/// network's output, the noise or (sample prediction) the clean chunk.
+fn reference_mean(
+    x: &[f32],
+    out: &[f32],
+    a: f64,
+    ap: f64,
+    eta: f64,
+    prediction: Prediction,
+) -> (Vec<f64>, f64) {
     let sigma = eta * ((1.0 - ap) / (1.0 - a) * (1.0 - a / ap)).sqrt();
     let mu = x
         .iter()
-        .zip(eps)
-        .map(|(&x, &e)| {
-            let (x, e) = (f64::from(x), f64::from(e));
-            let x0 = ((x - (1.0 - a).sqrt() * e) / a.sqrt()).clamp(-1.0, 1.0);
+        .zip(out)
+        .map(|(&x, &o)| {
+            let (x, o) = (f64::from(x), f64::from(o));
+            let x0 = match prediction {
+                Prediction::Epsilon => (x - (1.0 - a).sqrt() * o) / a.sqrt(),
+                Prediction::Sample => o,
+            }
+            .clamp(-1.0, 1.0);
             let e2 = (x - a.sqrt() * x0) / (1.0 - a).sqrt();
             ap.sqrt() * x0 + (1.0 - ap - sigma * sigma).max(0.0).sqrt() * e2
         })
@@ -68,10 +80,11 @@ fn reference_mean(x: &[f32], eps: &[f32], a: f64, ap: f64, eta: f64) -> (Vec<f64
 }
 
 /// Runs the chain with the policy, then replays every step with the reference formulas on the
-/// network's own noise predictions; returns the max deviation of means and log-probs.
-fn replay(mode: SampleMode, eta: f64) -> (f64, f64) {
+/// network's own outputs; returns the max deviation of means and log-probs.
+fn replay(mode: SampleMode, eta: f64, prediction: Prediction) -> (f64, f64) {
     let device = Default::default();
     let mut cfg = tiny_config(5);
+    cfg.diffusion.prediction = prediction;
     cfg.diffusion.eta = eta;
     cfg.diffusion.eval_eta = eta;
     let policy = Policy::<B>::new(cfg.clone(), spec(), norm(), 3, &device).unwrap();
@@ -107,7 +120,7 @@ fn replay(mode: SampleMode, eta: f64) -> (f64, f64) {
         ));
         let a = sched.abar(t as i64);
         let ap = sched.abar(t as i64 - 2);
-        let (mu, sigma) = reference_mean(&x, &eps, a, ap, eta);
+        let (mu, sigma) = reference_mean(&x, &eps, a, ap, eta, prediction);
         if mode == SampleMode::Deterministic {
             for (m, n) in mu.iter().zip(&next) {
                 dmu = dmu.max((m - f64::from(*n)).abs());
@@ -130,15 +143,22 @@ fn replay(mode: SampleMode, eta: f64) -> (f64, f64) {
 
 #[test]
 fn deterministic_chain_is_ddim_eta_zero() {
-    let (dmu, dlp) = replay(SampleMode::Deterministic, 0.0);
-    assert!(dmu < 1e-5, "chain deviates from DDIM(eta=0) by {dmu}");
-    assert!(dlp < 1e-5, "log-probs deviate by {dlp}");
+    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+        let (dmu, dlp) = replay(SampleMode::Deterministic, 0.0, prediction);
+        assert!(
+            dmu < 1e-5,
+            "{prediction:?}: chain deviates from DDIM(eta=0) by {dmu}"
+        );
+        assert!(dlp < 1e-5, "{prediction:?}: log-probs deviate by {dlp}");
+    }
 }
 
 #[test]
 fn stochastic_chain_log_probs_match_the_closed_form() {
-    let (_, dlp) = replay(SampleMode::Stochastic, 1.0);
-    assert!(dlp < 1e-5, "log-probs deviate by {dlp}");
+    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+        let (_, dlp) = replay(SampleMode::Stochastic, 1.0, prediction);
+        assert!(dlp < 1e-5, "{prediction:?}: log-probs deviate by {dlp}");
+    }
 }
 
 #[test]
@@ -341,9 +361,16 @@ fn pixel_policies_take_images() {
 
 #[test]
 fn pair_log_probs_equal_the_chain_log_probs() {
+    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+        pair_log_probs_match(prediction);
+    }
+}
+
+fn pair_log_probs_match(prediction: Prediction) {
     let device = Default::default();
     let mut cfg = tiny_config(5);
     cfg.diffusion.ft_denoising_steps = 5;
+    cfg.diffusion.prediction = prediction;
     let policy = Policy::<B>::new(cfg, spec(), norm(), 9, &device).unwrap();
     let o = obs(3);
     let act = policy
@@ -388,6 +415,68 @@ fn pair_log_probs_equal_the_chain_log_probs() {
             "pair {n}: {} vs {}",
             got[n],
             want[b * 5 + i]
+        );
+    }
+}
+
+/// The BC loss regresses the noise (epsilon prediction) or the clean chunk (sample
+/// prediction) at the drawn timesteps: recomputed here from the same random stream.
+#[test]
+fn bc_loss_regresses_the_noise_or_the_chunk() {
+    use rand::Rng as _;
+    let device = Default::default();
+    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+        let mut cfg = tiny_config(5);
+        cfg.diffusion.prediction = prediction;
+        let policy = Policy::<B>::new(cfg.clone(), spec(), norm(), 7, &device).unwrap();
+        let o = obs(3);
+        let obs_t = policy.obs_tensors(&o, &device).unwrap();
+        let data: Vec<f32> = (0..3 * 4 * 2)
+            .map(|i| ((i % 7) as f32 - 3.0) / 4.0)
+            .collect();
+        let actions = Tensor::<B, 3>::from_data(TensorData::new(data.clone(), [3, 4, 2]), &device);
+        let got = to_vec(policy.bc_loss(&obs_t, actions, &mut rng(5)))[0];
+        let PolicyModel::Diffusion(model) = &policy.model else {
+            unreachable!()
+        };
+        let sched = Schedule::new(cfg.diffusion.schedule, cfg.diffusion.train_steps);
+        let mut r = rng(5);
+        let t: Vec<usize> = (0..3)
+            .map(|_| r.random_range(0..cfg.diffusion.train_steps))
+            .collect();
+        let eps = to_vec(diffrl_policy::diffusion::normal_tensor::<B, 3>(
+            &mut r,
+            [3, 4, 2],
+            None,
+            &device,
+        ));
+        let x_t: Vec<f32> = (0..24)
+            .map(|i| {
+                let a = sched.abar(t[i / 8] as i64);
+                (a.sqrt() * f64::from(data[i]) + (1.0 - a).sqrt() * f64::from(eps[i])) as f32
+            })
+            .collect();
+        let out = to_vec(model.denoiser.forward(
+            Tensor::from_data(TensorData::new(x_t, [3, 4, 2]), &device),
+            Tensor::from_data(
+                TensorData::new(t.iter().map(|&v| v as f32).collect::<Vec<_>>(), [3]),
+                &device,
+            ),
+            model.encoder.forward(&obs_t),
+        ));
+        let target = match prediction {
+            Prediction::Epsilon => &eps,
+            Prediction::Sample => &data,
+        };
+        let want = out
+            .iter()
+            .zip(target)
+            .map(|(o, y)| f64::from(o - y).powi(2))
+            .sum::<f64>()
+            / 24.0;
+        assert!(
+            (f64::from(got) - want).abs() < 1e-5,
+            "{prediction:?}: {got} vs {want}"
         );
     }
 }
