@@ -590,3 +590,87 @@ fn pixel_demos_record_camera_frames_that_a_pixel_policy_trains_on() {
     .unwrap_err();
     assert!(e.contains("no camera frames"), "{e}");
 }
+
+/// `diffrl sim drive kinematics|idm` (the highway-env checks of docs/driving.md): one JSON
+/// line per step or case, start included, and clear errors for bad input.
+#[test]
+fn sim_drive_prints_the_vehicle_models_and_names_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let actions = dir.path().join("actions.json");
+    std::fs::write(&actions, "[[0.1, 1.0], [0.0, -2.0]]").unwrap();
+    let a = actions.to_str().unwrap();
+    let out = cli(&[
+        "sim",
+        "drive",
+        "kinematics",
+        "--state=-1,2,0.5,10",
+        "--actions",
+        a,
+        "--dt",
+        "0.1",
+        "--json",
+    ])
+    .unwrap();
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["step"], 0);
+    assert_eq!(lines[0]["state"], serde_json::json!([-1.0, 2.0, 0.5, 10.0]));
+    let s = lines[1]["state"].as_array().unwrap();
+    assert!((s[3].as_f64().unwrap() - 10.1).abs() < 1e-12, "{s:?}");
+    assert!(
+        s[2].as_f64().unwrap() > 0.5,
+        "steering left turns left: {s:?}"
+    );
+    let cases = dir.path().join("cases.json");
+    std::fs::write(
+        &cases,
+        r#"[{"speed": 0, "target_speed": 20, "front_speed": null, "gap": null},
+            {"speed": 20, "target_speed": 20, "front_speed": 20, "gap": 10}]"#,
+    )
+    .unwrap();
+    let c = cases.to_str().unwrap();
+    let out = json_lines(&cli(&["sim", "drive", "idm", "--cases", c, "--json"]).unwrap());
+    assert_eq!(out[0]["acceleration"], 3.0);
+    assert!(out[1]["acceleration"].as_f64().unwrap() < -3.0, "{out:?}");
+    // Bad input: named, never a panic.
+    std::fs::write(&actions, "[[0.1, 1.0], [0.0]]").unwrap();
+    let e = cli(&[
+        "sim",
+        "drive",
+        "kinematics",
+        "--state",
+        "0,0,0,1",
+        "--actions",
+        a,
+        "--dt",
+        "0.1",
+        "--json",
+    ])
+    .unwrap_err();
+    assert!(e.contains("action 1 has 1 values"), "{e}");
+    let e = cli(&[
+        "sim",
+        "drive",
+        "kinematics",
+        "--state",
+        "0,0,0",
+        "--actions",
+        a,
+        "--dt",
+        "0.1",
+        "--json",
+    ])
+    .unwrap_err();
+    assert!(e.contains("--state takes 4 values"), "{e}");
+    std::fs::write(
+        &cases,
+        r#"[{"speed": 1, "target_speed": 2, "front_speed": 3, "gap": null}]"#,
+    )
+    .unwrap();
+    let e = cli(&["sim", "drive", "idm", "--cases", c, "--json"]).unwrap_err();
+    assert!(e.contains("case 0: leader"), "{e}");
+    let e = cli(&["sim", "drive", "--json"]).unwrap_err();
+    assert!(e.contains("needs a model"), "{e}");
+    let e = cli(&["sim", "pusht", "kinematics", "--seed", "0", "--expert"]).unwrap_err();
+    assert!(e.contains("only `diffrl sim drive` takes a model"), "{e}");
+}

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod dagger;
 pub mod demos;
+pub mod drive;
 pub mod eval;
 pub mod finetune;
 pub mod pretrain;

@@ -16,8 +16,22 @@ use crate::commands::demos::{Dart, run_expert_from_current};
 /// Arguments of `diffrl sim TASK`.
 #[derive(Debug, Args)]
 pub struct SimArgs {
-    /// Task (`pusht`; crates/cli/src/tasks.rs lists them).
+    /// Task (`pusht`; crates/cli/src/tasks.rs lists them), or `drive` for its vehicle-model
+    /// checks.
     pub task: String,
+    /// With `drive`: the model to run, `kinematics` (highway-env's `Vehicle.step`: needs
+    /// --state, --actions, --dt) or `idm` (`IDMVehicle.acceleration`: needs --cases).
+    pub model: Option<String>,
+    /// drive kinematics: the start state `x,y,heading,speed` (m, m, rad, m/s).
+    #[arg(long, value_name = "X,Y,HEADING,SPEED")]
+    pub state: Option<String>,
+    /// drive kinematics: seconds each action is held.
+    #[arg(long, value_name = "DT")]
+    pub dt: Option<f64>,
+    /// drive idm: JSON file holding an array of
+    /// `{"speed", "target_speed", "front_speed", "gap"}` (the last two null without a leader).
+    #[arg(long, value_name = "FILE.json")]
+    pub cases: Option<PathBuf>,
     /// Start from this full state instead of a seeded reset (Push-T: `ax,ay,bx,by,angle` with
     /// gym-pusht's `reset_to_state` meaning, legacy quirk included: the block position is set
     /// before the angle).
@@ -116,6 +130,15 @@ pub fn run(
     rerun: Option<&diffrl_viz::RerunSink>,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
+    if args.task == "drive" {
+        return crate::commands::drive::sim(args, out);
+    }
+    if let Some(model) = &args.model {
+        bail!("{model:?}: only `diffrl sim drive` takes a model (kinematics or idm)");
+    }
+    if args.state.is_some() || args.dt.is_some() || args.cases.is_some() {
+        bail!("--state, --dt and --cases belong to `diffrl sim drive kinematics|idm`");
+    }
     let (cfg, _) = crate::config::load_for(&args.task, args.config.as_deref())?;
     let recording = crate::viz::Recording::open(
         rerun,
