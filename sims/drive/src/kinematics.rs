@@ -85,7 +85,7 @@ pub fn rollout(
     actions: &[[f64; 2]],
     dt: f64,
 ) -> Result<Vec<VehicleState>, NotFinite> {
-    if !(finite(|| "dt".into(), dt)? > 0.0) {
+    if finite(|| "dt".into(), dt)? <= 0.0 {
         return Err(NotFinite {
             what: "dt (must be > 0)".into(),
             value: dt,
