@@ -52,14 +52,7 @@ fn kinematics(args: &SimArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.cases.is_some() {
         bail!("--cases belongs to drive idm");
     }
-    let values: Vec<f64> = state
-        .split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<f64>()
-                .with_context(|| format!("--state: {x:?} is not a number"))
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let values = crate::commands::sim::parse_state(state, "--state")?;
     let Ok(values) = <[f64; 4]>::try_from(values.as_slice()) else {
         bail!(
             "--state takes 4 values x,y,heading,speed, got {}",

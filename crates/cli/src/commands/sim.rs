@@ -54,17 +54,18 @@ pub struct SimArgs {
     pub config: Option<PathBuf>,
 }
 
-fn parse_state(s: &str) -> anyhow::Result<Vec<f64>> {
+/// The comma-separated finite numbers of `s`, given as `flag` (named in errors).
+pub(crate) fn parse_state(s: &str, flag: &str) -> anyhow::Result<Vec<f64>> {
     let v: Vec<f64> = s
         .split(',')
         .map(|x| {
             x.trim()
                 .parse::<f64>()
-                .with_context(|| format!("--init-state: {x:?} is not a number"))
+                .with_context(|| format!("{flag}: {x:?} is not a number"))
         })
         .collect::<anyhow::Result<_>>()?;
     if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-        bail!("--init-state: component {i} is not finite");
+        bail!("{flag}: component {i} is not finite");
     }
     Ok(v)
 }
@@ -157,7 +158,7 @@ pub fn run(
     let seed = args.seed.unwrap_or(0);
     let obs = match &args.init_state {
         Some(s) => env
-            .reset_to_state(&parse_state(s)?, seed)
+            .reset_to_state(&parse_state(s, "--init-state")?, seed)
             .context("--init-state")?,
         None => env.reset(seed),
     };
