@@ -130,7 +130,7 @@ impl<B: Backend> Denoiser<B> {
 mod tests {
     use super::*;
     use burn::module::Module;
-    use burn::tensor::{Distribution, TensorData};
+    use burn::tensor::TensorData;
 
     type Cpu = crate::CpuBackend;
 
@@ -163,15 +163,21 @@ mod tests {
                 .unwrap()
                 .contains("\"film\":true")
         );
-        let x = Tensor::<Cpu, 3>::random([4, tp, da], Distribution::Default, &device);
+        let data = |n: usize| {
+            (0..n)
+                .map(|i| ((i * 7 % 11) as f32 - 5.0) / 5.0)
+                .collect::<Vec<_>>()
+        };
+        let x =
+            Tensor::<Cpu, 3>::from_data(TensorData::new(data(4 * tp * da), [4, tp, da]), &device);
         let t =
             Tensor::<Cpu, 1>::from_data(TensorData::new(vec![0.0f32, 3.0, 5.0, 9.0], [4]), &device);
-        let cond = Tensor::<Cpu, 2>::random([4, c], Distribution::Default, &device);
+        let cond = Tensor::<Cpu, 2>::from_data(TensorData::new(data(4 * c), [4, c]), &device);
         let out = film.forward(x.clone(), t.clone(), cond.clone());
         assert_eq!(out.dims(), [4, tp, da]);
         let v: Vec<f32> = out.into_data().convert::<f32>().into_vec().unwrap();
         assert!(v.iter().all(|x| x.is_finite()));
-        // The condition changes the output through the modulation too.
+        // Another condition, another output.
         let other = film.forward(x, t, cond.clone() * 2.0);
         let w: Vec<f32> = other.into_data().convert::<f32>().into_vec().unwrap();
         assert_ne!(v, w);
