@@ -238,8 +238,8 @@ pub struct DenoiserConfig {
     pub hidden: usize,
     /// Residual MLP blocks (two linear layers each).
     pub blocks: usize,
-    /// Residual MLP: FiLM-modulate every block by the condition (docs/policy.md, "Language
-    /// conditioning"). Left out of a serialised config while false, so earlier checkpoints
+    /// Residual MLP: FiLM-modulate every block by the condition (docs/policy.md, "FiLM in the
+    /// residual MLP, and what the denoiser predicts"). Left out of a serialised config while false, so earlier checkpoints
     /// read as before.
     #[serde(skip_serializing_if = "is_false")]
     pub film: bool,
@@ -300,7 +300,8 @@ pub struct DiffusionConfig {
     /// K': the last K' denoising steps use the trainable network (0 = all K).
     pub ft_denoising_steps: usize,
     /// What the denoiser predicts: `"epsilon"` (the noise, Diffusion Policy's default) or
-    /// `"sample"` (the clean chunk; docs/policy.md, "What the denoiser predicts"). Left out of a
+    /// `"sample"` (the clean chunk; docs/policy.md, "FiLM in the residual MLP, and what the
+    /// denoiser predicts"). Left out of a
     /// serialised config while `"epsilon"`, so earlier checkpoints read as before.
     #[serde(skip_serializing_if = "Prediction::is_epsilon")]
     pub prediction: Prediction,

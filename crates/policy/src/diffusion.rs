@@ -204,8 +204,8 @@ impl DiffusionProcess {
                 _ => (model, cond.clone()),
             };
             let t = Tensor::<B, 1>::full([dims[0]], c.t as f32, &device);
-            let eps = net.denoiser.forward(x.clone(), t, cond);
-            let mu = self.mean(x, eps, c);
+            let pred = net.denoiser.forward(x.clone(), t, cond);
+            let mu = self.mean(x, pred, c);
             let next = match mode {
                 SampleMode::Deterministic => mu.clone(),
                 SampleMode::Stochastic => {
@@ -247,8 +247,8 @@ impl DiffusionProcess {
             let x = chain.clone().narrow(1, i, 1).reshape([b, tp, da]);
             let next = chain.clone().narrow(1, i + 1, 1).reshape([b, tp, da]);
             let t = Tensor::<B, 1>::full([b], c.t as f32, &device);
-            let eps = model.denoiser.forward(x.clone(), t, cond.clone());
-            out.push(self.logp(next, self.mean(x, eps, c), c));
+            let pred = model.denoiser.forward(x.clone(), t, cond.clone());
+            out.push(self.logp(next, self.mean(x, pred, c), c));
         }
         Tensor::stack(out, 1)
     }
@@ -272,16 +272,16 @@ impl DiffusionProcess {
             Tensor::<B, 1>::from_data(TensorData::new(v, [n]), &device)
         };
         let t = col(&|c| c.t as f64);
-        let eps = model
+        let out = model
             .denoiser
             .forward(x.clone(), t, model.encoder.forward(obs));
         let c3 = |f: &dyn Fn(&StepCoeffs) -> f64| col(f).reshape([n, 1, 1]);
         let clip = self.cfg.clip_x0;
         let x0 = match self.cfg.prediction {
             Prediction::Epsilon => {
-                (x.clone() - eps * c3(&|c| c.sqrt_one_minus_abar)) / c3(&|c| c.sqrt_abar)
+                (x.clone() - out * c3(&|c| c.sqrt_one_minus_abar)) / c3(&|c| c.sqrt_abar)
             }
-            Prediction::Sample => eps,
+            Prediction::Sample => out,
         }
         .clamp(-clip, clip);
         let mu = x0 * c3(&|c| c.c_x0) + x * c3(&|c| c.c_xt);

@@ -9,7 +9,7 @@
 //! highway-env does: above `MAX_SPEED` to at most MAX_SPEED - speed, below `MIN_SPEED` to at
 //! least MIN_SPEED - speed (so speed is pulled back, not hard-limited).
 
-use crate::{NotFinite, finite};
+use crate::{BadValue, finite};
 
 /// Vehicle length (m): the bicycle's wheelbase is LENGTH / 2 from the centre to each axle.
 pub const LENGTH: f64 = 5.0;
@@ -40,7 +40,7 @@ impl VehicleState {
     }
 
     /// The state of `[x, y, heading, speed]`, every value finite.
-    pub fn from_array(v: [f64; 4]) -> Result<Self, NotFinite> {
+    pub fn from_array(v: [f64; 4]) -> Result<Self, BadValue> {
         let names = ["x", "y", "heading", "speed"];
         for (name, &value) in names.iter().zip(&v) {
             finite(|| format!("state {name}"), value)?;
@@ -84,11 +84,12 @@ pub fn rollout(
     start: VehicleState,
     actions: &[[f64; 2]],
     dt: f64,
-) -> Result<Vec<VehicleState>, NotFinite> {
+) -> Result<Vec<VehicleState>, BadValue> {
     if finite(|| "dt".into(), dt)? <= 0.0 {
-        return Err(NotFinite {
-            what: "dt (must be > 0)".into(),
+        return Err(BadValue {
+            what: "dt".into(),
             value: dt,
+            reason: "must be > 0",
         });
     }
     let mut states = vec![start];
@@ -152,7 +153,7 @@ mod tests {
         let e = rollout(s, &[[0.0, 1.0], [f64::NAN, 0.0]], 0.1).unwrap_err();
         assert_eq!(e.what, "steering of action 1");
         let e = rollout(s, &[], 0.0).unwrap_err();
-        assert!(e.to_string().contains("dt (must be > 0)"), "{e}");
+        assert_eq!(e.to_string(), "dt is 0: must be > 0");
         let e = VehicleState::from_array([0.0, 0.0, f64::INFINITY, 1.0]).unwrap_err();
         assert_eq!(e.what, "state heading");
         assert_eq!(rollout(s, &[[0.1, 1.0]; 3], 0.1).unwrap().len(), 4);

@@ -12,24 +12,27 @@
 pub mod idm;
 pub mod kinematics;
 
-/// A value that is not a finite number, named.
+/// An input value the models refuse, named, with the reason.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{what} is {value} (not a finite number)")]
-pub struct NotFinite {
+#[error("{what} is {value}: {reason}")]
+pub struct BadValue {
     /// What the value is ("steering of action 3").
     pub what: String,
     /// The value.
     pub value: f64,
+    /// What it should be ("not a finite number", "must be > 0").
+    pub reason: &'static str,
 }
 
 /// `Ok(value)` when finite, else the error naming `what`.
-pub fn finite(what: impl FnOnce() -> String, value: f64) -> Result<f64, NotFinite> {
+pub fn finite(what: impl FnOnce() -> String, value: f64) -> Result<f64, BadValue> {
     if value.is_finite() {
         Ok(value)
     } else {
-        Err(NotFinite {
+        Err(BadValue {
             what: what(),
             value,
+            reason: "not a finite number",
         })
     }
 }

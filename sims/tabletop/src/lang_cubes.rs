@@ -318,7 +318,7 @@ impl LangCubes {
     /// How many goal values end the observed state (`goal_in_state`).
     fn goal_len(&self) -> usize {
         if self.config.goal_in_state {
-            crate::language::GOAL_DIM
+            GOAL_DIM
         } else {
             0
         }

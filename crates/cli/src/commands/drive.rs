@@ -74,7 +74,8 @@ fn kinematics(args: &SimArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             })
         })
         .collect::<anyhow::Result<_>>()?;
-    let states = rollout(start, &actions, dt).with_context(|| path.display().to_string())?;
+    let states = rollout(start, &actions, dt)
+        .with_context(|| format!("--dt {dt} with the actions of {}", path.display()))?;
     for (step, s) in states.iter().enumerate() {
         writeln!(out, "{}", json!({"step": step, "state": s.to_array()}))?;
     }
