@@ -52,6 +52,13 @@ fn builtin(tasks: &mut Tasks) {
             text: include_str!("../../../configs/lang-cubes.toml"),
         }),
     );
+    tasks.add(
+        diffrl_drive::task::HighwayMergeTask,
+        Some(DefaultConfig {
+            origin: "configs/highway-merge.toml",
+            text: include_str!("../../../configs/highway-merge.toml"),
+        }),
+    );
 }
 
 /// A task's embedded default run config.

@@ -1,16 +1,24 @@
-//! Driving (docs/driving.md): the vehicle models of highway-env 1.12.1 that the driving
-//! simulator is built from, each checked against the PyPI package by
-//! `tools/highway_check.sh`.
+//! Driving (docs/driving.md): a closed-loop multi-agent traffic simulator on highway-env
+//! 1.12.1's vehicle and driver models.
 //!
 //! - [`kinematics`]: highway-env's `Vehicle.step`, a kinematic bicycle with its speed clipping.
 //! - [`idm`]: `IDMVehicle.acceleration`, the Intelligent Driver Model with its default
-//!   constants.
+//!   constants. Both are checked against the PyPI package by `tools/highway_check.sh`.
+//! - [`road`]: lane networks from polylines with widths, successors and neighbours, checked
+//!   when built; the highway-with-on-ramp layout.
+//! - [`traffic`]: vehicles, IDM + MOBIL background drivers, lane keeping, collisions.
+//! - [`env`]: `highway-merge`, N controlled agents merging among the traffic.
+//! - [`task`]: the task the tools see, and its expert.
 //!
-//! The scenarios, agents, observations, planner and learning loop of the driving issue are not
-//! built yet.
+//! Not built yet: the intersection and roundabout scenarios, the joint diffusion planner over
+//! waypoints, the driving metrics in reports.
 
+pub mod env;
 pub mod idm;
 pub mod kinematics;
+pub mod road;
+pub mod task;
+pub mod traffic;
 
 /// An input value the models refuse, named, with the reason.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,0 +1,791 @@
+//! `highway-merge`: N cooperative controlled agents and IDM + MOBIL background traffic on a
+//! highway with an on-ramp (highway-env's merge-v0 road, [`MergeLayout`]). Agent 0 (and 3)
+//! start on the ramp and must merge before the merge lane's barrier; agents 1 and 2 start on
+//! the main road upstream and must let them in. The episode succeeds when every agent has passed
+//! `goal_x` without a collision or leaving the road, and ends at once when an agent that has
+//! not arrived yet collides or leaves the road (docs/driving.md, "The merge scenario").
+//!
+//! - Actions: per agent `[acceleration, steering]` in [-1, 1], mapped linearly to +-5 m/s^2
+//!   and +-pi/4 rad (highway-env's `ContinuousAction` ranges and order), held for the
+//!   `sim_hz / policy_hz` physics steps of a control step (highway-env's 15 Hz physics).
+//! - Observations: one agent-centric block per agent ([`AGENT_OBS`] + 6 x `neighbours`
+//!   values), stacked in agent order; `ObservationSpace::agents` says how many.
+//! - Reward per step: the mean over agents of the fraction of its route to `goal_x` covered
+//!   in the step (the episode's sum is the mean progress), minus 1 at the step an agent
+//!   collides or leaves the road. Score: the mean route progress; success as above.
+
+use diffrl_core::EnvError;
+use diffrl_core::config::{Invalid, Validate, ensure};
+use diffrl_core::env::{Env, Info, StepResult};
+use diffrl_core::scene::{Scene2d, Shape2d};
+use diffrl_core::seeding::{self, Rng};
+use diffrl_core::space::{BoxSpace, Observation, ObservationSpace};
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, LazyLock};
+
+use crate::kinematics::VehicleState;
+use crate::road::{MergeLayout, Road, wrap_to_pi};
+use crate::traffic::{Driver, Traffic, Vehicle};
+
+/// Largest acceleration command (m/s^2): highway-env's `ContinuousAction.acceleration_range`.
+pub const ACCELERATION_RANGE: f64 = 5.0;
+/// Largest steering command (rad): highway-env's `ContinuousAction.steering_range`.
+pub const STEERING_RANGE: f64 = std::f64::consts::FRAC_PI_4;
+/// Values per agent before its neighbours: speed / 30, heading error to the lane, lateral
+/// offset / lane width, distance to `goal_x` / 100, distance to the end of a lane that ends
+/// (/ 100, capped at 1; 1 on lanes that go on), then for the lanes left of, at and right of
+/// the vehicle: present, and the lateral offset (/ 10) of their centre lines at 0, 20 and 40 m
+/// ahead in the vehicle's frame.
+pub const AGENT_OBS: usize = 5 + 3 * 4;
+/// Values per observed neighbour: present, dx / 50, dy / 10, dvx / 10, dvy / 10 (in the
+/// agent's frame), and whether it is a controlled agent.
+pub const NEIGHBOUR_OBS: usize = 6;
+/// Neighbours beyond this distance (m) are not observed.
+pub const OBS_RANGE: f64 = 80.0;
+
+/// Domain randomisation of the traffic, drawn at every reset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DriveRandomization {
+    /// Background vehicles' IDM target speed range (m/s).
+    pub target_speed: [f64; 2],
+    /// Background vehicles' IDM time gap range (s); highway-env: 1.5.
+    pub time_wanted: [f64; 2],
+    /// Background vehicles' IDM exponent range; highway-env's `DELTA_RANGE` is [3.5, 4.5].
+    pub delta: [f64; 2],
+    /// Background spawn density: gaps between vehicles are divided by it.
+    pub density: [f64; 2],
+    /// Standard deviation of Gaussian noise on every observed value (0 = none).
+    pub obs_noise: f64,
+}
+
+impl Default for DriveRandomization {
+    fn default() -> Self {
+        Self {
+            target_speed: [23.0, 30.0],
+            time_wanted: [1.5, 1.5],
+            delta: [4.0, 4.0],
+            density: [1.0, 1.0],
+            obs_noise: 0.0,
+        }
+    }
+}
+
+fn check_range(r: [f64; 2], field: &str, min: f64, max: f64) -> Result<(), Invalid> {
+    ensure(
+        r.iter().all(|v| v.is_finite()) && min <= r[0] && r[0] <= r[1] && r[1] <= max,
+        field,
+        format!("must be [low, high] with {min} <= low <= high <= {max}, got {r:?}"),
+    )
+}
+
+impl Validate for DriveRandomization {
+    fn validate(&self) -> Result<(), Invalid> {
+        check_range(self.target_speed, "target_speed", 1.0, 40.0)?;
+        check_range(self.time_wanted, "time_wanted", 0.1, 10.0)?;
+        check_range(self.delta, "delta", 1.0, 10.0)?;
+        check_range(self.density, "density", 0.0, 3.0)?;
+        ensure(
+            self.obs_noise.is_finite() && self.obs_noise >= 0.0,
+            "obs_noise",
+            format!("must be a finite number >= 0, got {}", self.obs_noise),
+        )
+    }
+}
+
+/// The `[env]` table of `highway-merge`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DriveConfig {
+    /// Controlled agents (1..=4): 0 on the ramp, 1 on the outer main lane, 2 on the next
+    /// main lane (or the same with one lane), 3 on the ramp behind 0.
+    pub agents: usize,
+    /// Main lanes (1..=4).
+    pub lanes: usize,
+    /// Step limit (control steps).
+    pub max_episode_steps: usize,
+    /// Control steps per second.
+    pub policy_hz: u32,
+    /// Physics steps per second (a multiple of `policy_hz`); highway-env: 15.
+    pub sim_hz: u32,
+    /// Where agents' routes end (m along the road; the merge lane ends at 310).
+    pub goal_x: f64,
+    /// Nearest vehicles each agent observes.
+    pub neighbours: usize,
+    /// Domain randomisation.
+    pub randomize: DriveRandomization,
+}
+
+impl Default for DriveConfig {
+    fn default() -> Self {
+        Self {
+            agents: 2,
+            lanes: 2,
+            max_episode_steps: 100,
+            policy_hz: 5,
+            sim_hz: 15,
+            goal_x: 370.0,
+            neighbours: 6,
+            randomize: DriveRandomization::default(),
+        }
+    }
+}
+
+impl Validate for DriveConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(
+            (1..=4).contains(&self.agents),
+            "agents",
+            format!("must be in 1..=4, got {}", self.agents),
+        )?;
+        ensure(
+            (1..=4).contains(&self.lanes),
+            "lanes",
+            format!("must be in 1..=4, got {}", self.lanes),
+        )?;
+        ensure(
+            (1..=100_000).contains(&self.max_episode_steps),
+            "max_episode_steps",
+            format!("must be in 1..=100000, got {}", self.max_episode_steps),
+        )?;
+        ensure(
+            (1..=100).contains(&self.policy_hz),
+            "policy_hz",
+            format!("must be in 1..=100, got {}", self.policy_hz),
+        )?;
+        ensure(
+            self.sim_hz >= self.policy_hz
+                && self.sim_hz.is_multiple_of(self.policy_hz)
+                && self.sim_hz <= 1000,
+            "sim_hz",
+            format!(
+                "must be a multiple of policy_hz ({}) up to 1000, got {}",
+                self.policy_hz, self.sim_hz
+            ),
+        )?;
+        let layout = MergeLayout::default();
+        ensure(
+            self.goal_x.is_finite()
+                && self.goal_x > layout.merge_end()
+                && self.goal_x <= layout.length - 20.0,
+            "goal_x",
+            format!(
+                "must lie past the merge lane's end ({}) and 20 m before the road's ({}), got {}",
+                layout.merge_end(),
+                layout.length,
+                self.goal_x
+            ),
+        )?;
+        ensure(
+            (1..=16).contains(&self.neighbours),
+            "neighbours",
+            format!("must be in 1..=16, got {}", self.neighbours),
+        )?;
+        self.randomize.validate().map_err(|e| e.within("randomize"))
+    }
+}
+
+impl DriveConfig {
+    /// Observed values per agent.
+    pub fn agent_obs_dim(&self) -> usize {
+        AGENT_OBS + NEIGHBOUR_OBS * self.neighbours
+    }
+
+    /// Names of one agent's observed values (`a0.speed`, `a0.n1.dx`, ...).
+    pub fn obs_names(&self) -> Vec<String> {
+        let own = [
+            "speed",
+            "heading_error",
+            "lateral",
+            "to_goal",
+            "to_lane_end",
+        ];
+        let lane = ["present", "dy0", "dy20", "dy40"];
+        let nb = ["present", "dx", "dy", "dvx", "dvy", "agent"];
+        let mut names = Vec::new();
+        for a in 0..self.agents {
+            names.extend(own.iter().map(|n| format!("a{a}.{n}")));
+            for side in ["left", "lane", "right"] {
+                names.extend(lane.iter().map(|n| format!("a{a}.{side}.{n}")));
+            }
+            for k in 0..self.neighbours {
+                names.extend(nb.iter().map(|n| format!("a{a}.n{k}.{n}")));
+            }
+        }
+        names
+    }
+
+    /// Names of the action components (`a0.acceleration`, `a0.steering`, ...).
+    pub fn action_names(&self) -> Vec<String> {
+        (0..self.agents)
+            .flat_map(|a| [format!("a{a}.acceleration"), format!("a{a}.steering")])
+            .collect()
+    }
+}
+
+/// Everything [`Drive::restore`] needs to continue an episode exactly.
+#[derive(Debug, Clone)]
+pub struct DriveSnapshot {
+    traffic: Traffic,
+    episode: Episode,
+    rng: Rng,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Episode {
+    /// Indices of the agents' vehicles in the traffic.
+    agents: Vec<usize>,
+    /// Agents' x at the start.
+    start_x: Vec<f64>,
+    /// Agents that have passed `goal_x` (their route is done; what happens to them after no
+    /// longer counts).
+    arrived: Vec<bool>,
+    steps: usize,
+    done: bool,
+    /// An agent collided or left the road.
+    failed: bool,
+}
+
+/// The merge scenario (module docs).
+#[derive(Debug, Clone)]
+pub struct Drive {
+    config: DriveConfig,
+    road: Arc<Road>,
+    layout: MergeLayout,
+    traffic: Traffic,
+    episode: Episode,
+    rng: Rng,
+}
+
+static VEHICLE_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    (0..256)
+        .map(|i| &*Box::leak(format!("vehicle-{i:03}").into_boxed_str()))
+        .collect()
+});
+static LANE_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    (0..64)
+        .map(|i| &*Box::leak(format!("lane-{i:02}").into_boxed_str()))
+        .collect()
+});
+
+impl Drive {
+    /// A scenario of `config` (checked by [`Validate`]; an invalid one is clamped where it
+    /// would not make sense, callers validate first), reset with seed 0.
+    pub fn new(config: DriveConfig) -> Self {
+        let layout = MergeLayout {
+            lanes: config.lanes.clamp(1, 4),
+            ..MergeLayout::default()
+        };
+        let road = Arc::new(Road::new(&layout.specs()).expect("the merge layout is a valid road"));
+        let mut env = Self {
+            config,
+            road,
+            layout,
+            traffic: Traffic {
+                vehicles: Vec::new(),
+            },
+            episode: Episode {
+                agents: Vec::new(),
+                start_x: Vec::new(),
+                arrived: Vec::new(),
+                steps: 0,
+                done: false,
+                failed: false,
+            },
+            rng: seeding::rng(0),
+        };
+        env.reset(0);
+        env
+    }
+
+    /// The config.
+    pub fn config(&self) -> &DriveConfig {
+        &self.config
+    }
+
+    /// The road.
+    pub fn road(&self) -> &Road {
+        &self.road
+    }
+
+    /// The vehicles (agents included).
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
+    }
+
+    /// Index in [`Drive::traffic`] of agent `i`'s vehicle.
+    pub fn agent_vehicle(&self, i: usize) -> usize {
+        self.episode.agents[i]
+    }
+
+    /// Where every agent's route ends (m).
+    pub fn goal_x(&self) -> f64 {
+        self.config.goal_x
+    }
+
+    fn spawn(&mut self) {
+        let rng = &mut self.rng;
+        let road = &*self.road;
+        let r = &self.config.randomize;
+        let draw = |rng: &mut Rng, range: [f64; 2]| {
+            if range[1] > range[0] {
+                rng.random_range(range[0]..range[1])
+            } else {
+                range[0]
+            }
+        };
+        let ramp = road.lane_named("ramp").expect("the merge road has a ramp");
+        let outer = self.layout.lanes - 1;
+        let inner = outer.saturating_sub(1);
+        let mut vehicles: Vec<Vehicle> = Vec::new();
+        let on = |lane: usize, s: f64, speed: f64| {
+            let l = &road.lanes[lane];
+            let p = l.position(s, 0.0);
+            VehicleState {
+                x: p[0],
+                y: p[1],
+                heading: l.heading_at(s),
+                speed,
+            }
+        };
+        let mut agents = Vec::new();
+        let ramp_s = rng.random_range(90.0..120.0);
+        for a in 0..self.config.agents {
+            let (lane, s, speed) = match a {
+                0 => (ramp, ramp_s, rng.random_range(18.0..24.0)),
+                1 => (
+                    outer,
+                    rng.random_range(20.0..60.0),
+                    rng.random_range(24.0..30.0),
+                ),
+                2 => (
+                    inner,
+                    rng.random_range(70.0..110.0),
+                    rng.random_range(24.0..30.0),
+                ),
+                _ => (
+                    ramp,
+                    ramp_s - rng.random_range(20.0..35.0),
+                    rng.random_range(18.0..24.0),
+                ),
+            };
+            agents.push(vehicles.len());
+            vehicles.push(Vehicle::new(
+                road,
+                on(lane, s, speed),
+                28.0,
+                Driver::Agent(a),
+            ));
+        }
+        let density = draw(rng, r.density);
+        let clear = |vehicles: &[Vehicle], p: VehicleState| {
+            vehicles
+                .iter()
+                .all(|v| (v.state.x - p.x).hypot(v.state.y - p.y) > 15.0)
+        };
+        let background = |rng: &mut Rng, state: VehicleState, vehicles: &mut Vec<Vehicle>| {
+            if !clear(vehicles, state) {
+                return;
+            }
+            let mut v = Vehicle::new(road, state, draw(rng, r.target_speed), Driver::Idm);
+            v.idm.time_wanted = draw(rng, r.time_wanted);
+            v.idm.delta = draw(rng, r.delta);
+            vehicles.push(v);
+        };
+        if density > 0.0 {
+            for lane in 0..self.layout.lanes {
+                let mut s = rng.random_range(0.0..15.0);
+                while s < self.layout.length - 80.0 {
+                    let speed = rng.random_range(22.0..30.0);
+                    background(rng, on(lane, s, speed), &mut vehicles);
+                    s += (12.0 + speed) * rng.random_range(1.0..2.0) / density;
+                }
+            }
+            if rng.random_bool(0.5) {
+                let s = rng.random_range(0.0..60.0);
+                let speed = rng.random_range(18.0..24.0);
+                background(rng, on(ramp, s, speed), &mut vehicles);
+            }
+        }
+        self.episode = Episode {
+            start_x: agents.iter().map(|&i| vehicles[i].state.x).collect(),
+            arrived: vec![false; agents.len()],
+            agents,
+            steps: 0,
+            done: false,
+            failed: false,
+        };
+        self.traffic = Traffic { vehicles };
+    }
+
+    fn progress(&self, agent: usize) -> f64 {
+        let x = self.traffic.vehicles[self.episode.agents[agent]].state.x;
+        let x0 = self.episode.start_x[agent];
+        ((x - x0) / (self.config.goal_x - x0)).clamp(0.0, 1.0)
+    }
+
+    /// Mean route progress of the agents, in [0, 1].
+    pub fn score(&self) -> f64 {
+        let n = self.config.agents;
+        (0..n).map(|a| self.progress(a)).sum::<f64>() / n as f64
+    }
+
+    /// Whether agent `a` has collided.
+    pub fn crashed(&self, a: usize) -> bool {
+        self.traffic.vehicles[self.episode.agents[a]].crashed
+    }
+
+    /// Whether agent `a`'s centre lies off every lane.
+    pub fn off_road(&self, a: usize) -> bool {
+        !self
+            .road
+            .on_road(self.traffic.vehicles[self.episode.agents[a]].position())
+    }
+
+    fn observe_agent(&self, a: usize, out: &mut Vec<f32>) {
+        let road = &*self.road;
+        let me = &self.traffic.vehicles[self.episode.agents[a]];
+        let lane = &road.lanes[me.lane];
+        let (s, r) = lane.local(me.position());
+        let (sin, cos) = me.state.heading.sin_cos();
+        let to_frame = |d: [f64; 2]| [d[0] * cos + d[1] * sin, -d[0] * sin + d[1] * cos];
+        let to_end = if lane.ends {
+            ((lane.length() - s) / 100.0).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        out.extend(
+            [
+                me.state.speed / 30.0,
+                wrap_to_pi(me.state.heading - lane.heading_at(s)),
+                r / lane.width,
+                (self.config.goal_x - me.state.x) / 100.0,
+                to_end,
+            ]
+            .map(|v| v as f32),
+        );
+        for side in [lane.left, Some(me.lane), lane.right] {
+            let covered = side.filter(|&k| {
+                let lk = &road.lanes[k];
+                let (sk, _) = lk.local(me.position());
+                (0.0..=lk.length()).contains(&sk)
+            });
+            match covered {
+                Some(k) => {
+                    let lk = &road.lanes[k];
+                    let sk = lk.local(me.position()).0;
+                    out.push(1.0);
+                    for ahead in [0.0, 20.0, 40.0] {
+                        let p = lk.position((sk + ahead).min(lk.length()), 0.0);
+                        let d = to_frame([p[0] - me.state.x, p[1] - me.state.y]);
+                        out.push((d[1] / 10.0) as f32);
+                    }
+                }
+                None => out.extend([0.0; 4]),
+            }
+        }
+        let mut near: Vec<(f64, usize)> = self
+            .traffic
+            .vehicles
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != self.episode.agents[a])
+            .map(|(j, v)| ((v.state.x - me.state.x).hypot(v.state.y - me.state.y), j))
+            .filter(|(d, _)| *d <= OBS_RANGE)
+            .collect();
+        near.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+        let (vme, k) = (me.velocity(), self.config.neighbours);
+        for slot in 0..k {
+            match near.get(slot) {
+                Some(&(_, j)) => {
+                    let o = &self.traffic.vehicles[j];
+                    let d = to_frame([o.state.x - me.state.x, o.state.y - me.state.y]);
+                    let vo = o.velocity();
+                    let dv = to_frame([vo[0] - vme[0], vo[1] - vme[1]]);
+                    out.extend(
+                        [
+                            1.0,
+                            d[0] / 50.0,
+                            d[1] / 10.0,
+                            dv[0] / 10.0,
+                            dv[1] / 10.0,
+                            f64::from(matches!(o.driver, Driver::Agent(_))),
+                        ]
+                        .map(|v| v as f32),
+                    );
+                }
+                None => out.extend([0.0; NEIGHBOUR_OBS]),
+            }
+        }
+    }
+
+    /// The noise-free observation (every agent's block).
+    pub fn true_observation(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.config.agents * self.config.agent_obs_dim());
+        for a in 0..self.config.agents {
+            self.observe_agent(a, &mut out);
+        }
+        out
+    }
+
+    fn observation(&mut self) -> Observation {
+        let mut state = self.true_observation();
+        let noise = self.config.randomize.obs_noise;
+        if noise > 0.0 {
+            let normal = rand_distr::Normal::new(0.0, noise as f32).expect("noise >= 0");
+            for v in &mut state {
+                *v += rand_distr::Distribution::sample(&normal, &mut self.rng);
+            }
+        }
+        Observation::state(state)
+    }
+
+    /// Agents' `[x, y, heading, speed]`, concatenated.
+    pub fn agent_states(&self) -> Vec<f64> {
+        self.episode
+            .agents
+            .iter()
+            .flat_map(|&i| self.traffic.vehicles[i].state.to_array())
+            .collect()
+    }
+}
+
+impl Env for Drive {
+    type Snapshot = DriveSnapshot;
+
+    fn observation_space(&self) -> ObservationSpace {
+        let names = self.config.obs_names();
+        ObservationSpace {
+            state: Some(BoxSpace {
+                low: vec![f32::NEG_INFINITY; names.len()],
+                high: vec![f32::INFINITY; names.len()],
+                names,
+            }),
+            image: None,
+            text: false,
+            agents: self.config.agents,
+        }
+    }
+
+    fn action_space(&self) -> BoxSpace {
+        let names = self.config.action_names();
+        BoxSpace {
+            low: vec![-1.0; names.len()],
+            high: vec![1.0; names.len()],
+            names,
+        }
+    }
+
+    fn max_episode_steps(&self) -> usize {
+        self.config.max_episode_steps
+    }
+
+    fn reset(&mut self, seed: u64) -> Observation {
+        self.rng = seeding::rng(seed);
+        self.spawn();
+        self.observation()
+    }
+
+    fn step(&mut self, action: &[f32]) -> Result<StepResult, EnvError> {
+        if self.episode.done {
+            return Err(EnvError::EpisodeOver);
+        }
+        let mut action = action.to_vec();
+        let clamped = self.action_space().check_and_clamp(&mut action)?;
+        let before: Vec<f64> = (0..self.config.agents).map(|a| self.progress(a)).collect();
+        let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
+        let dt = 1.0 / f64::from(self.config.sim_hz);
+        let road = Arc::clone(&self.road);
+        let mut failed = false;
+        for _ in 0..substeps {
+            let mut commands = Vec::with_capacity(self.traffic.vehicles.len());
+            for i in 0..self.traffic.vehicles.len() {
+                commands.push(match self.traffic.vehicles[i].driver {
+                    Driver::Idm => self.traffic.idm_action(&road, i),
+                    Driver::Agent(a) => [
+                        f64::from(action[2 * a + 1]) * STEERING_RANGE,
+                        f64::from(action[2 * a]) * ACCELERATION_RANGE,
+                    ],
+                });
+            }
+            self.traffic.step(&road, &commands, dt);
+            if (0..self.config.agents)
+                .any(|a| !self.episode.arrived[a] && (self.crashed(a) || self.off_road(a)))
+            {
+                failed = true;
+                break;
+            }
+            for (a, &i) in self.episode.agents.iter().enumerate() {
+                self.episode.arrived[a] |= self.traffic.vehicles[i].state.x >= self.config.goal_x;
+            }
+        }
+        self.episode.steps += 1;
+        let n = self.config.agents as f64;
+        let gained: f64 = (0..self.config.agents)
+            .map(|a| self.progress(a) - before[a])
+            .sum::<f64>()
+            / n;
+        let success = self.episode.arrived.iter().all(|&a| a) && !failed;
+        self.episode.failed |= failed;
+        let terminated = failed || success;
+        let truncated = !terminated && self.episode.steps >= self.config.max_episode_steps;
+        self.episode.done = terminated || truncated;
+        let reward = gained - if failed { 1.0 } else { 0.0 };
+        Ok(StepResult {
+            obs: self.observation(),
+            reward: reward as f32,
+            terminated,
+            truncated,
+            info: Info {
+                score: self.score() as f32,
+                success,
+                clamped,
+            },
+        })
+    }
+
+    fn snapshot(&self) -> DriveSnapshot {
+        DriveSnapshot {
+            traffic: self.traffic.clone(),
+            episode: self.episode.clone(),
+            rng: self.rng.clone(),
+        }
+    }
+
+    fn restore(&mut self, snapshot: &DriveSnapshot) -> Observation {
+        self.traffic = snapshot.traffic.clone();
+        self.episode = snapshot.episode.clone();
+        self.rng = snapshot.rng.clone();
+        self.observe()
+    }
+
+    fn observe(&mut self) -> Observation {
+        Observation::state(self.true_observation())
+    }
+
+    fn elapsed_steps(&self) -> usize {
+        self.episode.steps
+    }
+
+    /// Bird's-eye view: lane edges, agents (orange, red once crashed) and background vehicles
+    /// (blue) as boxes, the goal line; y grows downwards as in highway-env's frame.
+    fn scene(&self) -> Option<Scene2d> {
+        let me = self.traffic.vehicles[self.episode.agents[0]].state.x as f32;
+        let mut scene = Scene2d::new([[me - 60.0, -20.0], [me + 140.0, 30.0]], true);
+        let mut k = 0;
+        for lane in &self.road.lanes {
+            for side in [-0.5, 0.5] {
+                let n = (lane.length() / 5.0).ceil().max(1.0) as usize;
+                let points = (0..=n)
+                    .map(|i| {
+                        let p =
+                            lane.position(lane.length() * i as f64 / n as f64, side * lane.width);
+                        [p[0] as f32, p[1] as f32]
+                    })
+                    .collect();
+                if let Some(&name) = LANE_NAMES.get(k) {
+                    scene.push(
+                        name,
+                        Shape2d::LineStrip {
+                            points,
+                            color: [160, 160, 160, 255],
+                        },
+                    );
+                }
+                k += 1;
+            }
+        }
+        let g = self.config.goal_x as f32;
+        scene.push(
+            "goal",
+            Shape2d::LineStrip {
+                points: vec![[g, -2.0], [g, 4.0 * self.layout.lanes as f32 - 2.0]],
+                color: [40, 200, 40, 255],
+            },
+        );
+        for (i, v) in self.traffic.vehicles.iter().enumerate() {
+            let color = match (v.driver, v.crashed) {
+                (_, true) => [220, 40, 40, 255],
+                (Driver::Agent(_), false) => [255, 150, 30, 255],
+                (Driver::Idm, false) => [70, 120, 220, 255],
+            };
+            if let Some(&name) = VEHICLE_NAMES.get(i) {
+                scene.push(
+                    name,
+                    Shape2d::Polygon {
+                        points: v.corners().map(|c| [c[0] as f32, c[1] as f32]).to_vec(),
+                        color,
+                        filled: true,
+                    },
+                );
+            }
+        }
+        Some(scene)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resets_are_seeded_and_snapshots_replay_exactly() {
+        let mut env = Drive::new(DriveConfig::default());
+        let a = env.reset(7);
+        let b = env.reset(7);
+        assert_eq!(a, b);
+        assert_ne!(a, env.reset(8));
+        assert_eq!(a.state.len(), 2 * DriveConfig::default().agent_obs_dim());
+        env.reset(3);
+        let action = [0.3, 0.0, 0.1, 0.0];
+        for _ in 0..5 {
+            env.step(&action).unwrap();
+        }
+        let snap = env.snapshot();
+        let first: Vec<_> = (0..10).map(|_| env.step(&action).unwrap()).collect();
+        env.restore(&snap);
+        let again: Vec<_> = (0..10).map(|_| env.step(&action).unwrap()).collect();
+        assert_eq!(first, again);
+    }
+
+    #[test]
+    fn bad_actions_and_configs_are_refused() {
+        let mut env = Drive::new(DriveConfig::default());
+        let obs = env.observe();
+        assert!(env.step(&[0.0, f32::NAN, 0.0, 0.0]).is_err());
+        assert!(env.step(&[0.0; 3]).is_err());
+        assert_eq!(env.observe(), obs, "a refused action changes nothing");
+        let bad = DriveConfig {
+            sim_hz: 7,
+            ..DriveConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("sim_hz"));
+        let bad = DriveConfig {
+            goal_x: 200.0,
+            ..DriveConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("goal_x"));
+    }
+
+    #[test]
+    fn steering_off_the_road_ends_the_episode_as_a_failure() {
+        let mut env = Drive::new(DriveConfig {
+            agents: 1,
+            ..DriveConfig::default()
+        });
+        env.reset(1);
+        let mut last = None;
+        for _ in 0..50 {
+            let r = env.step(&[0.0, 1.0]).unwrap();
+            let end = r.terminated;
+            last = Some(r);
+            if end {
+                break;
+            }
+        }
+        let r = last.unwrap();
+        assert!(r.terminated && !r.info.success && r.reward < -0.5, "{r:?}");
+        assert!(env.off_road(0) || env.crashed(0));
+    }
+}

@@ -1,0 +1,575 @@
+//! Roads as networks of lanes: each lane a polyline centre line with a width, its successors
+//! (where a vehicle goes at its end) and its side neighbours (where it may change lane), in
+//! highway-env's frame (x along the road, y growing to the right of travel, so lane 1 lies at
+//! larger y than lane 0). Local coordinates `(s, r)` follow highway-env's lanes: `s` the arc
+//! length along the centre line, `r` the signed offset to its right; before the first point and
+//! after the last one the end segments extend in straight lines.
+//!
+//! A road is built from [`LaneSpec`]s (what a scenario file or generator gives), checked once by
+//! [`Road::new`]: every error names the lane and the item.
+
+use serde::{Deserialize, Serialize};
+
+use crate::kinematics::LENGTH;
+
+/// One lane as a scenario describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneSpec {
+    /// Unique name (`"main-0"`, `"ramp"`).
+    pub name: String,
+    /// Centre line, in driving order, at least two points, consecutive points apart.
+    pub points: Vec<[f64; 2]>,
+    /// Width (m), > 0.
+    pub width: f64,
+    /// Lanes a vehicle continues on at this lane's end; each must start where this one ends.
+    #[serde(default)]
+    pub next: Vec<String>,
+    /// The lane beside this one towards smaller y (highway-env's "left"), if vehicles may
+    /// change into it.
+    #[serde(default)]
+    pub left: Option<String>,
+    /// The lane beside this one towards larger y, if vehicles may change into it.
+    #[serde(default)]
+    pub right: Option<String>,
+    /// The lane ends in a barrier (a merge lane): drivers treat its end as a standing vehicle,
+    /// and past it there is no road.
+    #[serde(default)]
+    pub ends: bool,
+}
+
+/// Why a set of lanes is not a road.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RoadError {
+    /// No lanes at all.
+    #[error("the road has no lanes")]
+    Empty,
+    /// Two lanes share a name.
+    #[error("two lanes are called {0:?}")]
+    DuplicateName(String),
+    /// A centre line with fewer than two points.
+    #[error("lane {lane:?} has {points} centre-line point(s); it needs at least 2")]
+    TooFewPoints {
+        /// The lane.
+        lane: String,
+        /// How many it has.
+        points: usize,
+    },
+    /// A non-finite coordinate.
+    #[error("lane {lane:?}: point {index} is {point:?} (not finite)")]
+    NonFinitePoint {
+        /// The lane.
+        lane: String,
+        /// Index of the point.
+        index: usize,
+        /// The point.
+        point: [f64; 2],
+    },
+    /// Two consecutive points (nearly) coincide.
+    #[error("lane {lane:?}: points {index} and {} coincide (segments must be longer than 1 cm)", index + 1)]
+    RepeatedPoint {
+        /// The lane.
+        lane: String,
+        /// Index of the first point.
+        index: usize,
+    },
+    /// A width that is not finite and > 0.
+    #[error("lane {lane:?} has width {width}; it must be a finite number > 0")]
+    BadWidth {
+        /// The lane.
+        lane: String,
+        /// The width.
+        width: f64,
+    },
+    /// A reference to a lane that does not exist.
+    #[error("lane {lane:?}: its {field} {target:?} is not a lane of the road")]
+    UnknownLane {
+        /// The lane holding the reference.
+        lane: String,
+        /// `next`, `left` or `right`.
+        field: &'static str,
+        /// The missing name.
+        target: String,
+    },
+    /// A successor that does not start where the lane ends.
+    #[error(
+        "lane {lane:?} ends {gap:.2} m from the start of its successor {next:?} (they must meet within 0.5 m)"
+    )]
+    Disconnected {
+        /// The lane.
+        lane: String,
+        /// Its successor.
+        next: String,
+        /// Distance between the end and the successor's start (m).
+        gap: f64,
+    },
+    /// A lane given as its own neighbour or successor.
+    #[error("lane {lane:?} names itself as its {field}")]
+    SelfReference {
+        /// The lane.
+        lane: String,
+        /// `next`, `left` or `right`.
+        field: &'static str,
+    },
+}
+
+/// A checked lane with precomputed arc lengths.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lane {
+    /// Its name.
+    pub name: String,
+    /// Centre line.
+    pub points: Vec<[f64; 2]>,
+    /// Width (m).
+    pub width: f64,
+    /// Indices of the successor lanes.
+    pub next: Vec<usize>,
+    /// Index of the neighbour towards smaller y.
+    pub left: Option<usize>,
+    /// Index of the neighbour towards larger y.
+    pub right: Option<usize>,
+    /// Whether the lane ends in a barrier.
+    pub ends: bool,
+    /// Arc length at each point.
+    cumulative: Vec<f64>,
+}
+
+impl Lane {
+    /// Length of the centre line (m).
+    pub fn length(&self) -> f64 {
+        self.cumulative[self.cumulative.len() - 1]
+    }
+
+    fn segment(&self, i: usize) -> ([f64; 2], [f64; 2], f64) {
+        let (a, b) = (self.points[i], self.points[i + 1]);
+        let len = self.cumulative[i + 1] - self.cumulative[i];
+        (a, [(b[0] - a[0]) / len, (b[1] - a[1]) / len], len)
+    }
+
+    /// Local coordinates `(s, r)` of `p`: arc length of its projection on the centre line and
+    /// signed offset (positive towards larger y for a lane along +x), on the nearest segment;
+    /// past either end the end segment extends.
+    pub fn local(&self, p: [f64; 2]) -> (f64, f64) {
+        let n = self.points.len() - 1;
+        let mut best = (f64::INFINITY, 0.0, 0.0);
+        for i in 0..n {
+            let (a, d, len) = self.segment(i);
+            let (dx, dy) = (p[0] - a[0], p[1] - a[1]);
+            let along = dx * d[0] + dy * d[1];
+            let r = -dx * d[1] + dy * d[0];
+            let lo = if i == 0 { f64::NEG_INFINITY } else { 0.0 };
+            let hi = if i + 1 == n { f64::INFINITY } else { len };
+            let t = along.clamp(lo, hi);
+            let dist = (along - t).abs().hypot(r);
+            if dist < best.0 {
+                best = (dist, self.cumulative[i] + t, r);
+            }
+        }
+        (best.1, best.2)
+    }
+
+    fn segment_at(&self, s: f64) -> usize {
+        let n = self.points.len() - 1;
+        match self.cumulative.partition_point(|&c| c <= s) {
+            0 => 0,
+            k => (k - 1).min(n - 1),
+        }
+    }
+
+    /// The world point at local coordinates `(s, r)`.
+    pub fn position(&self, s: f64, r: f64) -> [f64; 2] {
+        let i = self.segment_at(s);
+        let (a, d, _) = self.segment(i);
+        let t = s - self.cumulative[i];
+        [a[0] + d[0] * t - d[1] * r, a[1] + d[1] * t + d[0] * r]
+    }
+
+    /// Heading of the centre line at arc length `s` (rad).
+    pub fn heading_at(&self, s: f64) -> f64 {
+        let (_, d, _) = self.segment(self.segment_at(s));
+        d[1].atan2(d[0])
+    }
+
+    /// highway-env's `on_lane`: within half the width plus `margin` of the centre line and
+    /// between one vehicle length before the start and one after the end.
+    pub fn on_lane(&self, s: f64, r: f64, margin: f64) -> bool {
+        r.abs() <= self.width / 2.0 + margin && (-LENGTH..self.length() + LENGTH).contains(&s)
+    }
+
+    /// Whether `(s, r)` lies on the lane's surface (within half the width, between its ends).
+    pub fn covers(&self, s: f64, r: f64) -> bool {
+        r.abs() <= self.width / 2.0 && (0.0..=self.length()).contains(&s)
+    }
+
+    /// highway-env's `distance_with_heading`: |r| plus how far `s` lies outside the lane, plus
+    /// the heading difference (rad).
+    pub fn distance_with_heading(&self, p: [f64; 2], heading: f64) -> f64 {
+        let (s, r) = self.local(p);
+        let angle = wrap_to_pi(heading - self.heading_at(s)).abs();
+        r.abs() + (s - self.length()).max(0.0) + (-s).max(0.0) + angle
+    }
+}
+
+/// `x` wrapped into [-pi, pi).
+pub fn wrap_to_pi(x: f64) -> f64 {
+    use std::f64::consts::PI;
+    (x + PI).rem_euclid(2.0 * PI) - PI
+}
+
+/// A checked lane network.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Road {
+    /// The lanes, in the order of their specs.
+    pub lanes: Vec<Lane>,
+}
+
+impl Road {
+    /// Checks `specs` and builds the road; the first problem found is the error.
+    pub fn new(specs: &[LaneSpec]) -> Result<Self, RoadError> {
+        if specs.is_empty() {
+            return Err(RoadError::Empty);
+        }
+        let index = |lane: &LaneSpec, field: &'static str, target: &str| {
+            if target == lane.name {
+                return Err(RoadError::SelfReference {
+                    lane: lane.name.clone(),
+                    field,
+                });
+            }
+            specs
+                .iter()
+                .position(|s| s.name == target)
+                .ok_or_else(|| RoadError::UnknownLane {
+                    lane: lane.name.clone(),
+                    field,
+                    target: target.into(),
+                })
+        };
+        let mut lanes = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            if specs[..i].iter().any(|s| s.name == spec.name) {
+                return Err(RoadError::DuplicateName(spec.name.clone()));
+            }
+            let lane_err = || spec.name.clone();
+            if spec.points.len() < 2 {
+                return Err(RoadError::TooFewPoints {
+                    lane: lane_err(),
+                    points: spec.points.len(),
+                });
+            }
+            if let Some((index, &point)) = spec
+                .points
+                .iter()
+                .enumerate()
+                .find(|(_, p)| !p.iter().all(|v| v.is_finite()))
+            {
+                return Err(RoadError::NonFinitePoint {
+                    lane: lane_err(),
+                    index,
+                    point,
+                });
+            }
+            if !(spec.width.is_finite() && spec.width > 0.0) {
+                return Err(RoadError::BadWidth {
+                    lane: lane_err(),
+                    width: spec.width,
+                });
+            }
+            let mut cumulative = vec![0.0];
+            for (k, w) in spec.points.windows(2).enumerate() {
+                let len = (w[1][0] - w[0][0]).hypot(w[1][1] - w[0][1]);
+                if len < 0.01 {
+                    return Err(RoadError::RepeatedPoint {
+                        lane: lane_err(),
+                        index: k,
+                    });
+                }
+                cumulative.push(cumulative[k] + len);
+            }
+            let side = |field, name: &Option<String>| {
+                name.as_deref().map(|n| index(spec, field, n)).transpose()
+            };
+            lanes.push(Lane {
+                name: spec.name.clone(),
+                points: spec.points.clone(),
+                width: spec.width,
+                next: spec
+                    .next
+                    .iter()
+                    .map(|n| index(spec, "next", n))
+                    .collect::<Result<_, _>>()?,
+                left: side("left", &spec.left)?,
+                right: side("right", &spec.right)?,
+                ends: spec.ends,
+                cumulative,
+            });
+        }
+        for lane in &lanes {
+            let end = lane.points[lane.points.len() - 1];
+            for &n in &lane.next {
+                let start = lanes[n].points[0];
+                let gap = (start[0] - end[0]).hypot(start[1] - end[1]);
+                if gap > 0.5 {
+                    return Err(RoadError::Disconnected {
+                        lane: lane.name.clone(),
+                        next: lanes[n].name.clone(),
+                        gap,
+                    });
+                }
+            }
+        }
+        Ok(Self { lanes })
+    }
+
+    /// highway-env's `get_closest_lane_index`: the lane nearest `p` in distance plus heading
+    /// difference (the first one on ties).
+    pub fn closest_lane(&self, p: [f64; 2], heading: f64) -> usize {
+        let mut best = (f64::INFINITY, 0);
+        for (i, lane) in self.lanes.iter().enumerate() {
+            let d = lane.distance_with_heading(p, heading);
+            if d < best.0 {
+                best = (d, i);
+            }
+        }
+        best.1
+    }
+
+    /// Whether `p` lies on the surface of some lane.
+    pub fn on_road(&self, p: [f64; 2]) -> bool {
+        self.lanes.iter().any(|l| {
+            let (s, r) = l.local(p);
+            l.covers(s, r)
+        })
+    }
+
+    /// Lanes that lead into `lane`.
+    pub fn previous(&self, lane: usize) -> impl Iterator<Item = usize> + '_ {
+        self.lanes
+            .iter()
+            .enumerate()
+            .filter(move |(_, l)| l.next.contains(&lane))
+            .map(|(i, _)| i)
+    }
+
+    /// The index of the lane called `name`.
+    pub fn lane_named(&self, name: &str) -> Option<usize> {
+        self.lanes.iter().position(|l| l.name == name)
+    }
+}
+
+/// Sizes of the highway-with-on-ramp scenario (highway-env's `merge-v0` road, generalised):
+/// `lanes` straight main lanes `lane_width` apart from x = 0 to `length`; an on-ramp that runs
+/// parallel `ramp_offset` m beyond the outermost lane for `approach` m, bends in over
+/// `converge` m (highway-env's sine lane), then runs beside the outermost main lane for `merge`
+/// m and ends in a barrier.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MergeLayout {
+    /// Main lanes (>= 1).
+    pub lanes: usize,
+    /// Lane width (m).
+    pub lane_width: f64,
+    /// Main road length (m).
+    pub length: f64,
+    /// Straight ramp before it bends in (m).
+    pub approach: f64,
+    /// Length of the bend (m).
+    pub converge: f64,
+    /// Length of the merge lane beside the main road (m).
+    pub merge: f64,
+    /// Lateral distance of the straight ramp from the merge lane's centre (m).
+    pub ramp_offset: f64,
+}
+
+impl Default for MergeLayout {
+    /// highway-env's merge-v0 sizes: 2 lanes of 4 m, 150 m approach, 80 m bend, 80 m merge,
+    /// the ramp 6.5 m out (2 x the 3.25 m sine amplitude).
+    fn default() -> Self {
+        Self {
+            lanes: 2,
+            lane_width: 4.0,
+            length: 460.0,
+            approach: 150.0,
+            converge: 80.0,
+            merge: 80.0,
+            ramp_offset: 6.5,
+        }
+    }
+}
+
+impl MergeLayout {
+    /// Where the merge lane ends (x, m).
+    pub fn merge_end(&self) -> f64 {
+        self.approach + self.converge + self.merge
+    }
+
+    /// The lanes: `main-0` .. `main-{lanes-1}` (y = 0, lane_width, ...), then `ramp` (straight
+    /// and bend, one polyline sampled every 2 m in the bend) and `merge` (beside the outermost
+    /// main lane, ending in a barrier).
+    pub fn specs(&self) -> Vec<LaneSpec> {
+        let w = self.lane_width;
+        let n = self.lanes;
+        let mut specs: Vec<LaneSpec> = (0..n)
+            .map(|i| LaneSpec {
+                name: format!("main-{i}"),
+                points: vec![[0.0, i as f64 * w], [self.length, i as f64 * w]],
+                width: w,
+                next: Vec::new(),
+                left: (i > 0).then(|| format!("main-{}", i - 1)),
+                right: (i + 1 < n).then(|| format!("main-{}", i + 1)),
+                ends: false,
+            })
+            .collect();
+        // highway-env's SineLane from the end of the straight ramp: offset
+        // a * sin(pi * t / (2 * converge) + pi / 2) - a from the merge lane's line, so it
+        // leaves the straight part level and meets the merge lane level.
+        let y_merge = n as f64 * w;
+        let amplitude = self.ramp_offset / 2.0;
+        let mut ramp = vec![[0.0, y_merge + self.ramp_offset]];
+        let steps = (self.converge / 2.0).ceil().max(1.0) as usize;
+        for k in 0..=steps {
+            let t = self.converge * k as f64 / steps as f64;
+            let phase = std::f64::consts::PI * t / self.converge + std::f64::consts::FRAC_PI_2;
+            ramp.push([
+                self.approach + t,
+                y_merge + amplitude + amplitude * phase.sin(),
+            ]);
+        }
+        specs.push(LaneSpec {
+            name: "ramp".into(),
+            points: ramp,
+            width: w,
+            next: vec!["merge".into()],
+            left: None,
+            right: None,
+            ends: false,
+        });
+        let x0 = self.approach + self.converge;
+        specs.push(LaneSpec {
+            name: "merge".into(),
+            points: vec![[x0, y_merge], [self.merge_end(), y_merge]],
+            width: w,
+            next: Vec::new(),
+            left: Some(format!("main-{}", n - 1)),
+            right: None,
+            ends: true,
+        });
+        specs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn straight(name: &str, from: [f64; 2], to: [f64; 2]) -> LaneSpec {
+        LaneSpec {
+            name: name.into(),
+            points: vec![from, to],
+            width: 4.0,
+            next: vec![],
+            left: None,
+            right: None,
+            ends: false,
+        }
+    }
+
+    #[test]
+    fn local_coordinates_round_trip_on_a_bent_lane() {
+        let mut spec = straight("a", [0.0, 0.0], [10.0, 0.0]);
+        spec.points.push([10.0, 10.0]);
+        let road = Road::new(&[spec]).unwrap();
+        let lane = &road.lanes[0];
+        assert_eq!(lane.length(), 20.0);
+        for (s, r) in [(3.0, 1.0), (15.0, -1.5), (-4.0, 0.5), (25.0, 1.0)] {
+            let p = lane.position(s, r);
+            let (s2, r2) = lane.local(p);
+            assert!(
+                (s - s2).abs() < 1e-9 && (r - r2).abs() < 1e-9,
+                "{s} {r} -> {s2} {r2}"
+            );
+        }
+        // highway-env's sign: on a lane along +x, larger y is a positive offset.
+        assert!(lane.local([5.0, 1.0]).1 > 0.0);
+        assert!((lane.heading_at(15.0) - std::f64::consts::FRAC_PI_2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_merge_road_connects_and_its_ramp_meets_the_merge_lane() {
+        let layout = MergeLayout::default();
+        let road = Road::new(&layout.specs()).unwrap();
+        let ramp = &road.lanes[road.lane_named("ramp").unwrap()];
+        let merge = road.lane_named("merge").unwrap();
+        assert_eq!(ramp.next, vec![merge]);
+        let end = ramp.points[ramp.points.len() - 1];
+        assert!((end[1] - 8.0).abs() < 1e-9, "{end:?}");
+        assert!((ramp.points[0][1] - 14.5).abs() < 1e-9);
+        assert!(road.on_road([100.0, 14.5]) && !road.on_road([100.0, 10.0]));
+        assert!(!road.on_road([layout.merge_end() + 1.0, 8.0]));
+        assert_eq!(road.closest_lane([50.0, 3.9], 0.0), 1);
+    }
+
+    #[test]
+    fn bad_roads_are_refused_naming_the_lane() {
+        let ok = straight("a", [0.0, 0.0], [10.0, 0.0]);
+        let cases: Vec<(Vec<LaneSpec>, &str)> = vec![
+            (vec![], "no lanes"),
+            (vec![ok.clone(), ok.clone()], "two lanes are called \"a\""),
+            (
+                vec![LaneSpec {
+                    width: 0.0,
+                    ..ok.clone()
+                }],
+                "width 0",
+            ),
+            (
+                vec![LaneSpec {
+                    points: vec![[0.0, 0.0]],
+                    ..ok.clone()
+                }],
+                "1 centre-line point",
+            ),
+            (
+                vec![LaneSpec {
+                    points: vec![[0.0, 0.0], [0.0, 0.0]],
+                    ..ok.clone()
+                }],
+                "points 0 and 1 coincide",
+            ),
+            (
+                vec![LaneSpec {
+                    points: vec![[0.0, f64::NAN], [1.0, 0.0]],
+                    ..ok.clone()
+                }],
+                "point 0 is [0.0, NaN]",
+            ),
+            (
+                vec![LaneSpec {
+                    next: vec!["b".into()],
+                    ..ok.clone()
+                }],
+                "its next \"b\" is not a lane",
+            ),
+            (
+                vec![
+                    LaneSpec {
+                        next: vec!["b".into()],
+                        ..ok.clone()
+                    },
+                    straight("b", [20.0, 0.0], [30.0, 0.0]),
+                ],
+                "ends 10.00 m from the start of its successor \"b\"",
+            ),
+            (
+                vec![LaneSpec {
+                    left: Some("a".into()),
+                    ..ok.clone()
+                }],
+                "names itself as its left",
+            ),
+        ];
+        for (specs, want) in cases {
+            let e = Road::new(&specs).unwrap_err().to_string();
+            assert!(e.contains(want), "{e:?} lacks {want:?}");
+        }
+    }
+}

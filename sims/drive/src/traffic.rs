@@ -1,0 +1,508 @@
+//! Vehicles on a [`Road`] and the driver models of highway-env 1.12.1 that move the background
+//! traffic: lane following by `ControlledVehicle.steering_control`, speed by the IDM
+//! (`IDMVehicle.act`: the current lane's leader, and the target lane's during a change, clipped
+//! to `ACC_MAX`), lane changes by MOBIL (`IDMVehicle.change_lane_policy` and `mobil`, decided
+//! once per `LANE_CHANGE_DELAY`), collisions between oriented boxes (parry2d) that stop both
+//! vehicles as highway-env does. Leaders are searched on the lane and its connected lanes
+//! (highway-env's `neighbour_vehicles_connected_lanes = True`), and a lane that [`ends`] acts
+//! as a standing vehicle at its end.
+//!
+//! [`ends`]: crate::road::Lane::ends
+
+use parry2d::math::{Pose, Vector};
+use parry2d::query::intersection_test;
+use parry2d::shape::Cuboid;
+
+use crate::idm::{Idm, Leader};
+use crate::kinematics::{LENGTH, VehicleState, WIDTH};
+use crate::road::{Road, wrap_to_pi};
+
+/// `ControlledVehicle.TAU_PURSUIT` (s).
+pub const TAU_PURSUIT: f64 = 0.5 * 0.2;
+/// `ControlledVehicle.KP_HEADING` (1/s).
+pub const KP_HEADING: f64 = 1.0 / 0.2;
+/// `ControlledVehicle.KP_LATERAL` (1/s).
+pub const KP_LATERAL: f64 = 1.0 / 0.6;
+/// `ControlledVehicle.MAX_STEERING_ANGLE` (rad).
+pub const MAX_STEERING_ANGLE: f64 = std::f64::consts::FRAC_PI_3;
+/// `IDMVehicle.POLITENESS`.
+pub const POLITENESS: f64 = 0.0;
+/// `IDMVehicle.LANE_CHANGE_MIN_ACC_GAIN` (m/s^2).
+pub const LANE_CHANGE_MIN_ACC_GAIN: f64 = 0.2;
+/// `IDMVehicle.LANE_CHANGE_MAX_BRAKING_IMPOSED` (m/s^2).
+pub const LANE_CHANGE_MAX_BRAKING_IMPOSED: f64 = 2.0;
+/// `IDMVehicle.LANE_CHANGE_DELAY` (s).
+pub const LANE_CHANGE_DELAY: f64 = 1.0;
+
+/// Who drives a vehicle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// IDM + MOBIL background traffic.
+    Idm,
+    /// Controlled agent `i`: its actions come from outside.
+    Agent(usize),
+}
+
+/// One vehicle (highway-env's `Vehicle` box, 5 x 2 m).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vehicle {
+    /// Position, heading, speed.
+    pub state: VehicleState,
+    /// The lane it is on (closest in distance and heading, updated after every step).
+    pub lane: usize,
+    /// The lane it steers towards.
+    pub target_lane: usize,
+    /// IDM's desired speed (m/s).
+    pub target_speed: f64,
+    /// IDM parameters.
+    pub idm: Idm,
+    /// Time since its last lane-change decision (s).
+    pub timer: f64,
+    /// Whether it has collided (it then brakes to a stop, straight).
+    pub crashed: bool,
+    /// Who drives it.
+    pub driver: Driver,
+}
+
+impl Vehicle {
+    /// A vehicle at `state` on `road`, heading for `target_speed`, on its closest lane;
+    /// highway-env's initial lane-change timer (sum of the position x pi, modulo the delay).
+    pub fn new(road: &Road, state: VehicleState, target_speed: f64, driver: Driver) -> Self {
+        let lane = road.closest_lane([state.x, state.y], state.heading);
+        Self {
+            state,
+            lane,
+            target_lane: lane,
+            target_speed,
+            idm: Idm::default(),
+            timer: ((state.x + state.y) * std::f64::consts::PI).rem_euclid(LANE_CHANGE_DELAY),
+            crashed: false,
+            driver,
+        }
+    }
+
+    /// Position (m).
+    pub fn position(&self) -> [f64; 2] {
+        [self.state.x, self.state.y]
+    }
+
+    /// Velocity (m/s).
+    pub fn velocity(&self) -> [f64; 2] {
+        let (s, c) = self.state.heading.sin_cos();
+        [self.state.speed * c, self.state.speed * s]
+    }
+
+    /// The box's corners, counter-clockwise from the front right.
+    pub fn corners(&self) -> [[f64; 2]; 4] {
+        let (s, c) = self.state.heading.sin_cos();
+        let (hl, hw) = (LENGTH / 2.0, WIDTH / 2.0);
+        [(hl, -hw), (hl, hw), (-hl, hw), (-hl, -hw)]
+            .map(|(a, b)| [self.state.x + a * c - b * s, self.state.y + a * s + b * c])
+    }
+}
+
+/// A vehicle ahead or behind on a lane: its index, or the barrier where a lane ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Neighbour {
+    /// Vehicle `i` of the traffic.
+    Vehicle(usize),
+    /// The end of a lane that [`ends`](crate::road::Lane::ends), at arc length `s` of the
+    /// searched lane.
+    Barrier(f64),
+}
+
+/// The vehicles of a road and their drivers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Traffic {
+    /// All vehicles, agents included.
+    pub vehicles: Vec<Vehicle>,
+}
+
+/// IDM acceleration of vehicle `ego` behind `front` (None: free road), highway-env's
+/// `IDMVehicle.acceleration` with the projected closing speed of `desired_gap` and the gap
+/// `lane_distance_to` measures on `lane`.
+fn idm_towards(
+    road: &Road,
+    vehicles: &[Vehicle],
+    ego: &Vehicle,
+    lane: usize,
+    front: Option<Neighbour>,
+) -> f64 {
+    let leader = front.map(|f| {
+        let l = &road.lanes[lane];
+        let s_ego = l.local(ego.position()).0;
+        match f {
+            Neighbour::Vehicle(j) => {
+                let o = &vehicles[j];
+                let dir = [ego.state.heading.cos(), ego.state.heading.sin()];
+                let (ve, vo) = (ego.velocity(), o.velocity());
+                let dv = (ve[0] - vo[0]) * dir[0] + (ve[1] - vo[1]) * dir[1];
+                Leader {
+                    speed: ego.state.speed - dv,
+                    gap: l.local(o.position()).0 - s_ego,
+                }
+            }
+            Neighbour::Barrier(s) => Leader {
+                speed: 0.0,
+                gap: s - s_ego,
+            },
+        }
+    });
+    ego.idm
+        .acceleration(ego.state.speed, ego.target_speed, leader)
+}
+
+impl Traffic {
+    /// highway-env's `Road.neighbour_vehicles` with connected lanes: the nearest vehicle at or
+    /// ahead of `ego`'s projection on `lane` and the nearest behind it, among vehicles on the
+    /// lane (1 m margin), its successors (arc length shifted by the lane's length) and its
+    /// predecessors; a lane that ends contributes its barrier as a leader.
+    pub fn neighbours(
+        &self,
+        road: &Road,
+        ego: usize,
+        lane: usize,
+    ) -> (Option<Neighbour>, Option<Neighbour>) {
+        let l = &road.lanes[lane];
+        let s = l.local(self.vehicles[ego].position()).0;
+        let mut search: Vec<(usize, f64)> = vec![(lane, 0.0)];
+        search.extend(l.next.iter().map(|&n| (n, l.length())));
+        search.extend(road.previous(lane).map(|p| (p, -road.lanes[p].length())));
+        let mut front: Option<(f64, Neighbour)> = None;
+        let mut rear: Option<(f64, Neighbour)> = None;
+        if l.ends && s <= l.length() {
+            front = Some((l.length(), Neighbour::Barrier(l.length())));
+        }
+        for (j, v) in self.vehicles.iter().enumerate() {
+            if j == ego {
+                continue;
+            }
+            for &(k, offset) in &search {
+                let lk = &road.lanes[k];
+                let (sv, rv) = lk.local(v.position());
+                if !lk.on_lane(sv, rv, 1.0) {
+                    continue;
+                }
+                let sv = sv + offset;
+                if s <= sv && front.is_none_or(|(f, _)| sv <= f) {
+                    front = Some((sv, Neighbour::Vehicle(j)));
+                }
+                if sv < s && rear.is_none_or(|(r, _)| sv > r) {
+                    rear = Some((sv, Neighbour::Vehicle(j)));
+                }
+                break;
+            }
+        }
+        (front.map(|f| f.1), rear.map(|r| r.1))
+    }
+
+    /// IDM acceleration of `ego` behind `front` on `lane` (m/s^2, not clipped).
+    pub fn acceleration(
+        &self,
+        road: &Road,
+        ego: usize,
+        lane: usize,
+        front: Option<Neighbour>,
+    ) -> f64 {
+        idm_towards(road, &self.vehicles, &self.vehicles[ego], lane, front)
+    }
+
+    /// IDM acceleration of vehicle `follower` if vehicle `ego` (or the barrier) led it.
+    fn acceleration_of(
+        &self,
+        road: &Road,
+        follower: Option<Neighbour>,
+        front: Option<Neighbour>,
+    ) -> f64 {
+        match follower {
+            Some(Neighbour::Vehicle(f)) => {
+                let lane = self.vehicles[f].lane;
+                idm_towards(road, &self.vehicles, &self.vehicles[f], lane, front)
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// highway-env's `ControlledVehicle.steering_control` of vehicle `ego` towards the centre
+    /// of `lane` (rad, clipped to +-`MAX_STEERING_ANGLE`).
+    pub fn steering_control(&self, road: &Road, ego: usize, lane: usize) -> f64 {
+        let v = &self.vehicles[ego];
+        let l = &road.lanes[lane];
+        let (s, r) = l.local(v.position());
+        let future_heading = l.heading_at(s + v.state.speed * TAU_PURSUIT);
+        let lateral_speed = -KP_LATERAL * r;
+        let heading_command = (lateral_speed / not_zero(v.state.speed))
+            .clamp(-1.0, 1.0)
+            .asin();
+        let heading_ref = future_heading
+            + heading_command.clamp(-std::f64::consts::FRAC_PI_4, std::f64::consts::FRAC_PI_4);
+        let heading_rate = KP_HEADING * wrap_to_pi(heading_ref - v.state.heading);
+        let slip = (LENGTH / 2.0 / not_zero(v.state.speed) * heading_rate)
+            .clamp(-1.0, 1.0)
+            .asin();
+        (2.0 * slip.tan())
+            .atan()
+            .clamp(-MAX_STEERING_ANGLE, MAX_STEERING_ANGLE)
+    }
+
+    /// highway-env's `IDMVehicle.mobil` without a route: whether vehicle `ego` should move to
+    /// `lane` (the new follower brakes no harder than `LANE_CHANGE_MAX_BRAKING_IMPOSED`, and
+    /// the change gains at least `LANE_CHANGE_MIN_ACC_GAIN`).
+    pub fn mobil(&self, road: &Road, ego: usize, lane: usize) -> bool {
+        let (new_front, new_rear) = self.neighbours(road, ego, lane);
+        let me = Some(Neighbour::Vehicle(ego));
+        let new_rear_a = self.acceleration_of(road, new_rear, new_front);
+        let new_rear_pred_a = self.acceleration_of(road, new_rear, me);
+        if new_rear_pred_a < -LANE_CHANGE_MAX_BRAKING_IMPOSED {
+            return false;
+        }
+        let self_pred_a = self.acceleration(road, ego, lane, new_front);
+        let current = self.vehicles[ego].lane;
+        let (old_front, old_rear) = self.neighbours(road, ego, current);
+        let self_a = self.acceleration(road, ego, current, old_front);
+        let old_rear_a = self.acceleration_of(road, old_rear, me);
+        let old_rear_pred_a = self.acceleration_of(road, old_rear, old_front);
+        let gain = self_pred_a - self_a
+            + POLITENESS * (new_rear_pred_a - new_rear_a + old_rear_pred_a - old_rear_a);
+        gain >= LANE_CHANGE_MIN_ACC_GAIN
+    }
+
+    /// Whether a lane change of vehicle `ego` into `lane` that its route requires is safe:
+    /// neither it nor its new follower would brake harder than `max_braking` (m/s^2) under
+    /// the IDM (highway-env's route case of `mobil`, whose limit is
+    /// `LANE_CHANGE_MAX_BRAKING_IMPOSED`).
+    pub fn safe_change(&self, road: &Road, ego: usize, lane: usize, max_braking: f64) -> bool {
+        let (new_front, new_rear) = self.neighbours(road, ego, lane);
+        let me = Some(Neighbour::Vehicle(ego));
+        self.acceleration_of(road, new_rear, me) >= -max_braking
+            && self.acceleration(road, ego, lane, new_front) >= -max_braking
+    }
+
+    /// Lanes beside `lane` that a vehicle at `p` may change into (highway-env's `side_lanes`
+    /// and `is_reachable_from`: within two lane widths and not past its end).
+    pub fn side_lanes(road: &Road, lane: usize, p: [f64; 2]) -> Vec<usize> {
+        let l = &road.lanes[lane];
+        [l.left, l.right]
+            .into_iter()
+            .flatten()
+            .filter(|&k| {
+                let lk = &road.lanes[k];
+                let (s, r) = lk.local(p);
+                r.abs() <= 2.0 * lk.width && (0.0..lk.length() + LENGTH).contains(&s)
+            })
+            .collect()
+    }
+
+    /// highway-env's `follow_road`: past the end of its target lane (half a length before it),
+    /// a vehicle targets the lane's first successor.
+    pub fn follow_road(&mut self, road: &Road, ego: usize) {
+        let v = &mut self.vehicles[ego];
+        let l = &road.lanes[v.target_lane];
+        if l.local(v.position()).0 > l.length() - LENGTH / 2.0
+            && let Some(&n) = l.next.first()
+        {
+            v.target_lane = n;
+        }
+    }
+
+    /// The `[steering, acceleration]` background vehicle `ego` commands now (highway-env's
+    /// `IDMVehicle.act`), updating its target lane; `dt` advances its lane-change timer.
+    pub fn idm_action(&mut self, road: &Road, ego: usize) -> [f64; 2] {
+        if self.vehicles[ego].crashed {
+            return [0.0, 0.0];
+        }
+        self.follow_road(road, ego);
+        self.change_lane_policy(road, ego);
+        let v = &self.vehicles[ego];
+        let steering = self.steering_control(road, ego, v.target_lane);
+        let (front, _) = self.neighbours(road, ego, v.lane);
+        let mut a = self.acceleration(road, ego, v.lane, front);
+        if v.lane != v.target_lane {
+            let (front, _) = self.neighbours(road, ego, v.target_lane);
+            a = a.min(self.acceleration(road, ego, v.target_lane, front));
+        }
+        [steering, a.clamp(-v.idm.acc_max, v.idm.acc_max)]
+    }
+
+    /// highway-env's `IDMVehicle.change_lane_policy` (without its abort of changes into a lane
+    /// another vehicle is also changing into).
+    fn change_lane_policy(&mut self, road: &Road, ego: usize) {
+        let v = &self.vehicles[ego];
+        if v.lane != v.target_lane || v.timer <= LANE_CHANGE_DELAY {
+            return;
+        }
+        let (lane, position, speed) = (v.lane, v.position(), v.state.speed);
+        self.vehicles[ego].timer = 0.0;
+        if speed.abs() < 1.0 {
+            return;
+        }
+        for lane in Self::side_lanes(road, lane, position) {
+            if self.mobil(road, ego, lane) {
+                self.vehicles[ego].target_lane = lane;
+            }
+        }
+    }
+
+    /// Moves every vehicle by `dt` s under `actions` (one `[steering, acceleration]` per
+    /// vehicle; crashed vehicles brake to a stop, straight), updates lanes and timers, then
+    /// marks colliding pairs crashed with both speeds set to the smaller one (highway-env's
+    /// `handle_collisions` for solid vehicles, without its impact displacement).
+    pub fn step(&mut self, road: &Road, actions: &[[f64; 2]], dt: f64) {
+        for (v, a) in self.vehicles.iter_mut().zip(actions) {
+            let (steering, acceleration) = if v.crashed {
+                (0.0, -v.state.speed)
+            } else {
+                (a[0], a[1])
+            };
+            v.state = v.state.step(steering, acceleration, dt);
+            v.lane = road.closest_lane(v.position(), v.state.heading);
+            v.timer += dt;
+        }
+        let n = self.vehicles.len();
+        for i in 0..n {
+            for j in i + 1..n {
+                if self.colliding(i, j) {
+                    let speed = {
+                        let (a, b) = (self.vehicles[i].state.speed, self.vehicles[j].state.speed);
+                        if a.abs() <= b.abs() { a } else { b }
+                    };
+                    for k in [i, j] {
+                        self.vehicles[k].crashed = true;
+                        self.vehicles[k].state.speed = speed;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the boxes of vehicles `i` and `j` overlap.
+    pub fn colliding(&self, i: usize, j: usize) -> bool {
+        let (a, b) = (&self.vehicles[i], &self.vehicles[j]);
+        let d = [b.state.x - a.state.x, b.state.y - a.state.y];
+        let diagonal = LENGTH.hypot(WIDTH);
+        if d[0].hypot(d[1]) > diagonal {
+            return false;
+        }
+        let half = Cuboid::new(Vector::new((LENGTH / 2.0) as f32, (WIDTH / 2.0) as f32));
+        let pa = Pose::new(Vector::ZERO, a.state.heading as f32);
+        let pb = Pose::new(
+            Vector::new(d[0] as f32, d[1] as f32),
+            b.state.heading as f32,
+        );
+        intersection_test(&pa, &half, &pb, &half).is_ok_and(|r| r.intersecting)
+    }
+}
+
+/// highway-env's `not_zero`: x, or +-0.01 when |x| <= 0.01.
+pub(crate) fn not_zero(x: f64) -> f64 {
+    const EPS: f64 = 1e-2;
+    if x.abs() > EPS {
+        x
+    } else if x >= 0.0 {
+        EPS
+    } else {
+        -EPS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::road::MergeLayout;
+
+    fn road() -> Road {
+        Road::new(&MergeLayout::default().specs()).unwrap()
+    }
+
+    fn car(road: &Road, x: f64, y: f64, speed: f64) -> Vehicle {
+        Vehicle::new(
+            road,
+            VehicleState {
+                x,
+                y,
+                heading: 0.0,
+                speed,
+            },
+            speed,
+            Driver::Idm,
+        )
+    }
+
+    #[test]
+    fn neighbours_on_the_lane_and_the_barrier_of_a_merge_lane() {
+        let road = road();
+        let t = Traffic {
+            vehicles: vec![
+                car(&road, 50.0, 0.0, 25.0),
+                car(&road, 80.0, 0.0, 25.0),
+                car(&road, 20.0, 0.0, 25.0),
+                car(&road, 60.0, 4.0, 25.0),
+                car(&road, 250.0, 8.0, 20.0),
+            ],
+        };
+        assert_eq!(
+            t.neighbours(&road, 0, 0),
+            (Some(Neighbour::Vehicle(1)), Some(Neighbour::Vehicle(2)))
+        );
+        assert_eq!(
+            t.neighbours(&road, 0, 1),
+            (Some(Neighbour::Vehicle(3)), None)
+        );
+        let merge = road.lane_named("merge").unwrap();
+        assert_eq!(t.vehicles[4].lane, merge);
+        assert_eq!(
+            t.neighbours(&road, 4, merge).0,
+            Some(Neighbour::Barrier(80.0))
+        );
+    }
+
+    #[test]
+    fn a_vehicle_on_the_merge_lane_changes_into_a_free_main_lane_and_brakes_for_the_barrier() {
+        let road = road();
+        let mut t = Traffic {
+            vehicles: vec![car(&road, 240.0, 8.0, 20.0)],
+        };
+        t.vehicles[0].timer = 2.0;
+        let main = road.lane_named("main-1").unwrap();
+        let a = t.idm_action(&road, 0);
+        assert_eq!(t.vehicles[0].target_lane, main);
+        // Towards the main lane (smaller y): steer left of the heading.
+        assert!(a[0] < 0.0, "{a:?}");
+        // Alone at the barrier, with a car blocking the main lane alongside: it stays and brakes.
+        let mut t = Traffic {
+            vehicles: vec![car(&road, 300.0, 8.0, 20.0), car(&road, 300.0, 4.0, 20.0)],
+        };
+        t.vehicles[0].timer = 2.0;
+        let a = t.idm_action(&road, 0);
+        assert_eq!(t.vehicles[0].target_lane, t.vehicles[0].lane);
+        assert!(a[1] < -5.0, "{a:?}");
+    }
+
+    #[test]
+    fn lane_keeping_converges_and_collisions_stop_both_vehicles() {
+        let road = road();
+        let mut t = Traffic {
+            vehicles: vec![car(&road, 10.0, 1.0, 25.0)],
+        };
+        for _ in 0..150 {
+            let a = t.idm_action(&road, 0);
+            t.step(&road, &[a], 1.0 / 15.0);
+        }
+        let v = &t.vehicles[0];
+        assert!(
+            v.state.y.abs() < 0.05 && v.state.heading.abs() < 0.01,
+            "{v:?}"
+        );
+        let mut t = Traffic {
+            vehicles: vec![car(&road, 10.0, 0.0, 25.0), car(&road, 15.5, 0.0, 10.0)],
+        };
+        assert!(!t.colliding(0, 1));
+        t.step(&road, &[[0.0, 0.0], [0.0, 0.0]], 0.1);
+        assert!(t.colliding(0, 1));
+        assert!(
+            t.vehicles
+                .iter()
+                .all(|v| v.crashed && v.state.speed == 10.0)
+        );
+    }
+}
