@@ -496,13 +496,81 @@ fn tabletop_tasks_run_from_their_embedded_configs() {
 fn highway_merge_runs_from_its_embedded_config() {
     let out = cli(&["sim", "highway-merge", "--seed", "0", "--expert", "--json"]).unwrap();
     let lines = json_lines(&out);
-    assert!(lines.len() > 20 && lines.len() <= 101, "{} lines", lines.len());
+    assert!(
+        lines.len() > 20 && lines.len() <= 101,
+        "{} lines",
+        lines.len()
+    );
     let last = lines.last().unwrap();
     assert_eq!(last["agents"].as_array().unwrap().len(), 8, "{last}");
     assert_eq!(last["crashed"], serde_json::json!([0.0, 0.0]), "{last}");
     assert_eq!(last["success"], true, "{last}");
     let e = cli(&["sim", "highway-merge", "--init-state", "1,2,3", "--expert"]).unwrap_err();
     assert!(e.contains("cannot start from a given state"), "{e}");
+}
+
+/// The driving metrics travel from the environment's last step to `diffrl eval`'s output and
+/// eval.json: collision and off-road as rates with Wilson intervals, progress, speed, jerk.
+#[test]
+fn driving_metrics_reach_the_evaluation_report() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("hm.toml");
+    std::fs::write(
+        &cfg,
+        "task = \"highway-merge\"\n[run]\nthreads = 2\n[env]\nmax_episode_steps = 10\n\
+         [policy.denoiser]\nhidden = 16\nblocks = 1\n[policy.diffusion]\ntrain_steps = 10\n\
+         denoising_steps = 2\n[pretrain]\nsteps = 4\nbatch_size = 8\nwarmup_steps = 1\n\
+         eval_every = 0\ncheckpoint_every = 4\n[eval]\nepisodes = 3\nenvs = 2\n",
+    )
+    .unwrap();
+    let cfg = cfg.display().to_string();
+    let ds = d.path().join("demos").display().to_string();
+    cli(&[
+        "demos",
+        "highway-merge",
+        "--config",
+        &cfg,
+        "--episodes",
+        "2",
+        "--out",
+        &ds,
+    ])
+    .unwrap();
+    let bc = d.path().join("bc").display().to_string();
+    let s = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &bc]).unwrap();
+    assert!(s.contains("eval: collision"), "{s}");
+    let report = d.path().join("eval.json");
+    cli(&[
+        "eval",
+        "--config",
+        &cfg,
+        "--policy",
+        &format!("{bc}/policy"),
+        "--episodes",
+        "3",
+        "--out",
+        &report.display().to_string(),
+    ])
+    .unwrap();
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    for (name, rate) in [
+        ("collision", true),
+        ("off_road", true),
+        ("progress", false),
+        ("speed", false),
+        ("jerk", false),
+    ] {
+        let m = &r["metrics"][name];
+        assert_eq!(m["episodes"], 3, "{name}: {m}");
+        assert_eq!(m["rate"], rate, "{name}: {m}");
+        let (mean, lo, hi) = (
+            m["mean"].as_f64().unwrap(),
+            m["ci95"][0].as_f64().unwrap(),
+            m["ci95"][1].as_f64().unwrap(),
+        );
+        assert!(lo <= mean && mean <= hi, "{name}: {m}");
+    }
+    assert!(r["per_episode"][0]["metrics"]["speed"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -100,13 +100,18 @@ pub(crate) fn periodic_eval<B: Backend>(
         ],
     );
     pb.println(format!(
-        "  {} {}: success {:.1}% (95% CI {:.1}-{:.1}%), mean max score {:.3} over {n} episodes",
+        "  {} {}: success {:.1}% (95% CI {:.1}-{:.1}%), mean max score {:.3} over {n} episodes{}",
         at.0,
         at.1,
         100.0 * r.success_rate,
         100.0 * r.ci95[0],
         100.0 * r.ci95[1],
-        r.mean_max_score
+        r.mean_max_score,
+        if r.metrics.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", r.metrics_text())
+        }
     ));
     Ok(Some(serde_json::json!({
         at.0: at.1,
@@ -114,7 +119,8 @@ pub(crate) fn periodic_eval<B: Backend>(
         "ci95": r.ci95,
         "mean_max_score": r.mean_max_score,
         "mean_length": r.mean_length,
-        "episodes": r.episodes
+        "episodes": r.episodes,
+        "metrics": r.metrics
     })))
 }
 
@@ -173,5 +179,8 @@ pub(crate) fn print_report(out: &mut dyn Write, r: &EvalReport) -> anyhow::Resul
         r.mean_max_score,
         r.mean_length
     )?;
+    if !r.metrics.is_empty() {
+        writeln!(out, "eval: {}", r.metrics_text())?;
+    }
     Ok(())
 }

@@ -209,6 +209,7 @@ impl Env for Reach {
             terminated: success,
             truncated,
             info: Info {
+                metrics: Vec::new(),
                 score,
                 success,
                 clamped,

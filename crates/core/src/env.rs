@@ -15,6 +15,11 @@ pub struct Info {
     pub success: bool,
     /// Number of action components clamped into the action bounds at this step.
     pub clamped: usize,
+    /// Episode-level measurements a task reports on the step that ends an episode (driving:
+    /// `collision`, `off_road`, `progress`, `speed`), each a number per episode; evaluations
+    /// average them (0/1 values as rates with Wilson intervals). Empty on other steps, and for
+    /// tasks that report none.
+    pub metrics: Vec<(&'static str, f64)>,
 }
 
 /// The outcome of one control step.

@@ -5,6 +5,8 @@
 //! `VecEnv`), and the N episodes are split evenly over the environments, so a result depends on
 //! (seed, N, number of environments) only, never on thread timing.
 
+use std::collections::BTreeMap;
+
 use burn::tensor::backend::Backend;
 use diffrl_core::env::Env;
 use diffrl_core::record::{EpisodeEnd, PolicyCall, Recorder};
@@ -33,6 +35,66 @@ pub struct EpisodeStats {
     pub total_reward: f32,
     /// Steps taken.
     pub length: usize,
+    /// The episode-level metrics the task reported at its end ([`Info::metrics`]).
+    ///
+    /// [`Info::metrics`]: diffrl_core::env::Info::metrics
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// One task metric over the evaluated episodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricSummary {
+    /// Mean over the episodes that reported it.
+    pub mean: f64,
+    /// 95% interval of the mean: Wilson's when every value is 0 or 1 (a rate), else the normal
+    /// approximation mean +- 1.96 sd / sqrt(n).
+    pub ci95: [f64; 2],
+    /// Episodes that reported it.
+    pub episodes: usize,
+    /// Whether every value was 0 or 1 (the mean is a rate).
+    pub rate: bool,
+}
+
+impl MetricSummary {
+    /// The summary of `values` (None when empty).
+    pub fn of(values: &[f64]) -> Option<Self> {
+        let n = values.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = values.iter().sum::<f64>() / n as f64;
+        let rate = values.iter().all(|&v| v == 0.0 || v == 1.0);
+        let ci95 = if rate {
+            let (lo, hi) = wilson_interval(values.iter().filter(|&&v| v == 1.0).count(), n, Z95);
+            [lo, hi]
+        } else {
+            let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>()
+                / (n.saturating_sub(1).max(1)) as f64;
+            let half = Z95 * (var / n as f64).sqrt();
+            [mean - half, mean + half]
+        };
+        Some(Self {
+            mean,
+            ci95,
+            episodes: n,
+            rate,
+        })
+    }
+
+    /// `4.2% (2.8-6.3%)` for a rate, `0.912 (0.905-0.919)` otherwise.
+    pub fn text(&self) -> String {
+        if self.rate {
+            format!(
+                "{:.1}% ({:.1}-{:.1}%)",
+                100.0 * self.mean,
+                100.0 * self.ci95[0],
+                100.0 * self.ci95[1]
+            )
+        } else {
+            format!("{:.3} ({:.3}-{:.3})", self.mean, self.ci95[0], self.ci95[1])
+        }
+    }
 }
 
 /// Aggregate results (docs/algorithms.md §5).
@@ -54,11 +116,24 @@ pub struct EvalReport {
     pub seed: u64,
     /// Environments run in parallel.
     pub envs: usize,
+    /// The task's episode metrics (driving: collision and off-road rates, progress, speed), by
+    /// name; empty for tasks that report none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, MetricSummary>,
     /// Per-episode results.
     pub per_episode: Vec<EpisodeStats>,
 }
 
 impl EvalReport {
+    /// The task metrics as `name value (interval)` pairs joined by commas; empty when none.
+    pub fn metrics_text(&self) -> String {
+        self.metrics
+            .iter()
+            .map(|(k, m)| format!("{k} {}", m.text()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Aggregates per-episode results.
     pub fn from_episodes(per_episode: Vec<EpisodeStats>, seed: u64, envs: usize) -> Self {
         let n = per_episode.len();
@@ -71,6 +146,16 @@ impl EvalReport {
             }
         };
         let (lo, hi) = wilson_interval(successes, n, Z95);
+        let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for e in &per_episode {
+            for (k, &v) in &e.metrics {
+                values.entry(k.clone()).or_default().push(v);
+            }
+        }
+        let metrics = values
+            .into_iter()
+            .filter_map(|(k, v)| MetricSummary::of(&v).map(|m| (k, m)))
+            .collect();
         Self {
             episodes: n,
             successes,
@@ -84,6 +169,7 @@ impl EvalReport {
             mean_length: mean(&|e| e.length as f64),
             seed,
             envs,
+            metrics,
             per_episode,
         }
     }
@@ -245,6 +331,7 @@ impl EpisodeStats {
             max_score: f32::NEG_INFINITY,
             total_reward: 0.0,
             length: 0,
+            metrics: BTreeMap::new(),
         }
     }
 }
@@ -272,6 +359,11 @@ impl runner::Agent for Scorer<'_> {
         c.max_score = c.max_score.max(step.infos[env].score);
         c.success |= step.infos[env].success;
         if step.terminated[env] || step.truncated[env] {
+            c.metrics = step.infos[env]
+                .metrics
+                .iter()
+                .map(|&(k, v)| (k.to_string(), v))
+                .collect();
             let next = EpisodeStats::start(env, c.episode + 1);
             if self.rec.enabled() {
                 self.rec.episode_end(&EpisodeEnd {

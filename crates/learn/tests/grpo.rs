@@ -71,6 +71,7 @@ impl Env for Reach {
             terminated: success,
             truncated: !success && self.t >= STEPS,
             info: Info {
+                metrics: Vec::new(),
                 score: 1.0 - dist,
                 success,
                 clamped,

@@ -79,6 +79,7 @@ impl Env for GoTo {
             terminated: out,
             truncated: !out && self.t >= STEPS,
             info: Info {
+                metrics: Vec::new(),
                 score: progress,
                 success,
                 clamped,

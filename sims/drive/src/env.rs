@@ -13,6 +13,10 @@
 //! - Reward per step: the mean over agents of the fraction of its route to `goal_x` covered
 //!   in the step (the episode's sum is the mean progress), minus 1 at the step an agent
 //!   collides or leaves the road. Score: the mean route progress; success as above.
+//! - Metrics at the end of each episode (`Info::metrics`): `collision` and `off_road` (1 when an
+//!   agent that had not arrived collided / left the road), `progress` (the score), `speed`
+//!   (agents' mean speed over the control steps, m/s) and `jerk` (mean |change of commanded
+//!   acceleration| per second, m/s^3).
 
 use diffrl_core::EnvError;
 use diffrl_core::config::{Invalid, Validate, ensure};
@@ -245,6 +249,31 @@ struct Episode {
     done: bool,
     /// An agent collided or left the road.
     failed: bool,
+    /// Per-episode sums for the metrics: agents' speeds (one per agent and step), commanded
+    /// acceleration changes per second, and the last commands.
+    speed_sum: f64,
+    jerk_sum: f64,
+    last_acceleration: Vec<Option<f64>>,
+    collided: bool,
+    left_road: bool,
+}
+
+impl Episode {
+    fn empty() -> Self {
+        Self {
+            agents: Vec::new(),
+            start_x: Vec::new(),
+            arrived: Vec::new(),
+            steps: 0,
+            done: false,
+            failed: false,
+            speed_sum: 0.0,
+            jerk_sum: 0.0,
+            last_acceleration: Vec::new(),
+            collided: false,
+            left_road: false,
+        }
+    }
 }
 
 /// The merge scenario (module docs).
@@ -285,14 +314,7 @@ impl Drive {
             traffic: Traffic {
                 vehicles: Vec::new(),
             },
-            episode: Episode {
-                agents: Vec::new(),
-                start_x: Vec::new(),
-                arrived: Vec::new(),
-                steps: 0,
-                done: false,
-                failed: false,
-            },
+            episode: Episode::empty(),
             rng: seeding::rng(0),
         };
         env.reset(0);
@@ -411,10 +433,9 @@ impl Drive {
         self.episode = Episode {
             start_x: agents.iter().map(|&i| vehicles[i].state.x).collect(),
             arrived: vec![false; agents.len()],
+            last_acceleration: vec![None; agents.len()],
             agents,
-            steps: 0,
-            done: false,
-            failed: false,
+            ..Episode::empty()
         };
         self.traffic = Traffic { vehicles };
     }
@@ -610,10 +631,15 @@ impl Env for Drive {
                 });
             }
             self.traffic.step(&road, &commands, dt);
-            if (0..self.config.agents)
-                .any(|a| !self.episode.arrived[a] && (self.crashed(a) || self.off_road(a)))
-            {
-                failed = true;
+            for a in 0..self.config.agents {
+                if !self.episode.arrived[a] {
+                    let (crashed, off) = (self.crashed(a), self.off_road(a));
+                    self.episode.collided |= crashed;
+                    self.episode.left_road |= off;
+                    failed |= crashed || off;
+                }
+            }
+            if failed {
                 break;
             }
             for (a, &i) in self.episode.agents.iter().enumerate() {
@@ -621,6 +647,16 @@ impl Env for Drive {
             }
         }
         self.episode.steps += 1;
+        let hz = f64::from(self.config.policy_hz);
+        for a in 0..self.config.agents {
+            let v = &self.traffic.vehicles[self.episode.agents[a]];
+            self.episode.speed_sum += v.state.speed;
+            let acc = f64::from(action[2 * a]) * ACCELERATION_RANGE;
+            if let Some(last) = self.episode.last_acceleration[a] {
+                self.episode.jerk_sum += (acc - last).abs() * hz;
+            }
+            self.episode.last_acceleration[a] = Some(acc);
+        }
         let n = self.config.agents as f64;
         let gained: f64 = (0..self.config.agents)
             .map(|a| self.progress(a) - before[a])
@@ -632,6 +668,20 @@ impl Env for Drive {
         let truncated = !terminated && self.episode.steps >= self.config.max_episode_steps;
         self.episode.done = terminated || truncated;
         let reward = gained - if failed { 1.0 } else { 0.0 };
+        let metrics = if self.episode.done {
+            let e = &self.episode;
+            let agent_steps = (e.steps * self.config.agents) as f64;
+            let jerk_steps = (e.steps.saturating_sub(1) * self.config.agents).max(1) as f64;
+            vec![
+                ("collision", f64::from(u8::from(e.collided))),
+                ("off_road", f64::from(u8::from(e.left_road))),
+                ("progress", self.score()),
+                ("speed", e.speed_sum / agent_steps),
+                ("jerk", e.jerk_sum / jerk_steps),
+            ]
+        } else {
+            Vec::new()
+        };
         Ok(StepResult {
             obs: self.observation(),
             reward: reward as f32,
@@ -641,6 +691,7 @@ impl Env for Drive {
                 score: self.score() as f32,
                 success,
                 clamped,
+                metrics,
             },
         })
     }

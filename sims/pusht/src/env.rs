@@ -535,6 +535,7 @@ impl Env for PushT {
             terminated: success,
             truncated,
             info: Info {
+                metrics: Vec::new(),
                 score: coverage as f32,
                 success,
                 clamped,

@@ -1059,6 +1059,7 @@ impl Env for Tabletop {
             terminated: e.success,
             truncated,
             info: Info {
+                metrics: Vec::new(),
                 score: e.score as f32,
                 success: e.success,
                 clamped,

@@ -675,6 +675,7 @@ impl Env for LangCubes {
             terminated: success,
             truncated,
             info: Info {
+                metrics: Vec::new(),
                 score: score as f32,
                 success,
                 clamped,

@@ -834,6 +834,7 @@ mod tests {
             mean_length: 200.0,
             seed: 1,
             envs: 2,
+            metrics: Default::default(),
             per_episode: Vec::new(),
         };
         RobustnessTable {

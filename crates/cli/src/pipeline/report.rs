@@ -331,6 +331,16 @@ pub(super) fn finish(
         bc = row(&bc_name(r), &r.bc),
         grpo = row(&format!("GRPO ({} iterations)", r.grpo_iterations), &r.grpo),
     );
+    if !r.bc.metrics.is_empty() || !r.grpo.metrics.is_empty() {
+        md.push_str("| task metric | BC | GRPO |\n|---|---|---|\n");
+        let names: std::collections::BTreeSet<&String> =
+            r.bc.metrics.keys().chain(r.grpo.metrics.keys()).collect();
+        for k in names {
+            let cell = |e: &EvalReport| e.metrics.get(k).map_or("-".into(), |m| m.text());
+            md.push_str(&format!("| {k} | {} | {} |\n", cell(&r.bc), cell(&r.grpo)));
+        }
+        md.push('\n');
+    }
     md.push_str(&format!("Training data: {}.\n\n", data_line(cfg, r)));
     if let Some(line) = grpo_evals_line(root, r) {
         md.push_str(&line);
@@ -448,6 +458,7 @@ mod tests {
             max_score: s,
             total_reward: 0.0,
             length: 1,
+            metrics: Default::default(),
         };
         let bc = EvalReport::from_episodes(vec![ep(0.1), ep(0.2), ep(0.3)], 5, 1);
         let g = EvalReport::from_episodes(vec![ep(0.2), ep(0.3), ep(0.4)], 5, 1);
@@ -468,6 +479,7 @@ mod tests {
             max_score: 0.5,
             total_reward: 0.0,
             length: 1,
+            metrics: Default::default(),
         };
         // 12 episodes only GRPO solved, 4 only BC, 80 neither, 4 both (the p-value's own test
         // is in diffrl_core::stats).

@@ -442,7 +442,11 @@ fn read_report(path: &Path) -> anyhow::Result<EvalReport> {
 }
 
 pub(super) fn brief(r: &EvalReport) -> Value {
-    json!({"success_rate": r.success_rate, "ci95": r.ci95, "mean_max_score": r.mean_max_score, "episodes": r.episodes, "successes": r.successes, "mean_length": r.mean_length})
+    let mut v = json!({"success_rate": r.success_rate, "ci95": r.ci95, "mean_max_score": r.mean_max_score, "episodes": r.episodes, "successes": r.successes, "mean_length": r.mean_length});
+    if !r.metrics.is_empty() {
+        v["metrics"] = json!(r.metrics);
+    }
+    v
 }
 
 /// The demos stage's work. Returns the dataset folder, the expert summary when demos were recorded by this
