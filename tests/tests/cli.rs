@@ -571,6 +571,31 @@ fn driving_metrics_reach_the_evaluation_report() {
         assert!(lo <= mean && mean <= hi, "{name}: {m}");
     }
     assert!(r["per_episode"][0]["metrics"]["speed"].as_f64().unwrap() > 0.0);
+    // Datasets take the layout of the configured scene: 3 agents, 3 observation blocks.
+    let cfg3 = d.path().join("hm3.toml");
+    std::fs::write(
+        &cfg3,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("[env]\n", "[env]\nagents = 3\n"),
+    )
+    .unwrap();
+    let ds3 = d.path().join("demos3");
+    cli(&[
+        "demos",
+        "highway-merge",
+        "--config",
+        &cfg3.display().to_string(),
+        "--episodes",
+        "1",
+        "--out",
+        &ds3.display().to_string(),
+    ])
+    .unwrap();
+    let data = read_dataset(&ds3).unwrap();
+    let eps = data.episodes("observation.state").unwrap();
+    assert_eq!(eps[0].observations[0].state.len(), 3 * 53);
+    assert_eq!(eps[0].actions[0].len(), 6);
 }
 
 #[test]

@@ -234,7 +234,7 @@ where
             );
             let provenance = serde_json::json!({"command": command, "seed": seed, "env": cfg.env, "expert": cfg.expert, "noise_px": noise_px, "diffrl_version": env!("CARGO_PKG_VERSION")});
             let written = demos::write(
-                cfg.env.task(),
+                &cfg.env,
                 &dir,
                 &eps,
                 &summary,

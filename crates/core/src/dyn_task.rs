@@ -31,6 +31,8 @@ pub trait DynTask: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// [`Task::dataset`].
     fn dataset(&self) -> DatasetInfo;
+    /// [`Task::dataset_for`] of `env` (a section of this task).
+    fn dataset_for(&self, env: &EnvSection) -> DatasetInfo;
     /// [`Task::render_state`].
     fn render_state(&self, state: &[f32], size: u32) -> Result<Vec<u8>, String>;
     /// [`Task::randomization_key`].
@@ -121,6 +123,9 @@ impl<T: Task> DynTask for T {
     }
     fn dataset(&self) -> DatasetInfo {
         Task::dataset(self)
+    }
+    fn dataset_for(&self, env: &EnvSection) -> DatasetInfo {
+        Task::dataset_for(self, typed(&env.config, Task::name(self)))
     }
     fn render_state(&self, state: &[f32], size: u32) -> Result<Vec<u8>, String> {
         Task::render_state(self, state, size)
@@ -294,6 +299,11 @@ impl EnvSection {
     /// The stage predicates of this environment ([`Task::stages`]).
     pub fn stages(&self) -> Option<Box<dyn StagePredicates>> {
         self.task.stages(self)
+    }
+
+    /// How datasets store episodes of these settings ([`Task::dataset_for`]).
+    pub fn dataset(&self) -> DatasetInfo {
+        self.task.dataset_for(self)
     }
 
     /// These settings with `patch` laid over their table ([`merge_tables`]), checked by the

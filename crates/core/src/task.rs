@@ -94,6 +94,12 @@ pub trait Task: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// How episodes are stored in datasets.
     fn dataset(&self) -> DatasetInfo;
+    /// How episodes of an environment of `config` are stored, where the layout depends on it
+    /// (a driving scene's agent count); default: [`Task::dataset`].
+    fn dataset_for(&self, config: &Self::Config) -> DatasetInfo {
+        let _ = config;
+        self.dataset()
+    }
     /// A fresh environment for `config`.
     fn build(&self, config: &Self::Config) -> Self::Env;
 

@@ -260,9 +260,13 @@ impl Task for HighwayMergeTask {
         "highway-merge"
     }
 
-    /// Datasets record the default config's observation (2 agents) as the state.
+    /// The default config's layout (2 agents); [`Task::dataset_for`] gives a config's own.
     fn dataset(&self) -> DatasetInfo {
-        let c = DriveConfig::default();
+        self.dataset_for(&DriveConfig::default())
+    }
+
+    /// Datasets record the observation (every agent's block) as the state.
+    fn dataset_for(&self, c: &DriveConfig) -> DatasetInfo {
         DatasetInfo {
             fps: c.policy_hz,
             robot_type: "car".into(),

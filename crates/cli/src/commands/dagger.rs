@@ -326,7 +326,7 @@ fn relabel_and_aggregate<B: Backend>(
     provenance["expert"] = serde_json::to_value(&cfg.expert)?;
     let data_summary = crate::commands::demos::summarize(&all, summary.seconds);
     let written = crate::commands::demos::write(
-        cfg.env.task(),
+        &cfg.env,
         dir,
         &all,
         &data_summary,

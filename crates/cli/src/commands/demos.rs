@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use diffrl_core::dyn_env::{DynEnv, DynExpert};
-use diffrl_core::dyn_task::{DynTask, EnvSection, ExpertSection};
+use diffrl_core::dyn_task::{EnvSection, ExpertSection};
 use diffrl_core::lerobot::{DatasetMeta, write_dataset};
 use diffrl_core::seeding::derive;
 use diffrl_core::stats::{nearest_rank_quantile, wilson_interval};
@@ -262,7 +262,7 @@ impl std::fmt::Display for DemoSummary {
 /// Writes episodes (only the successful ones when `only_successful`) as a LeRobot dataset
 /// with provenance; returns how many episodes were written.
 pub fn write(
-    task: &dyn DynTask,
+    env: &EnvSection,
     out: &Path,
     eps: &[Episode],
     summary: &DemoSummary,
@@ -280,7 +280,7 @@ pub fn write(
         "the expert solved none of the {} episodes, and only successful ones were asked for",
         eps.len()
     );
-    let info = task.dataset();
+    let info = env.dataset();
     let meta = DatasetMeta {
         fps: info.fps,
         robot_type: info.robot_type,

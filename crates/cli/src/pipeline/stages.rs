@@ -524,7 +524,7 @@ fn demos_stage(
     )?;
     let provenance = json!({"command": "diffrl run", "fingerprint": fingerprint, "diffrl_version": env!("CARGO_PKG_VERSION")});
     demos::write(
-        cfg.env.task(),
+        &cfg.env,
         &demos_dir,
         &eps,
         &summary,
