@@ -10,9 +10,11 @@
 //!   `sim_hz / policy_hz` physics steps of a control step (highway-env's 15 Hz physics).
 //! - Observations: one agent-centric block per agent ([`AGENT_OBS`] + 6 x `neighbours`
 //!   values), stacked in agent order; `ObservationSpace::agents` says how many.
-//! - Reward per step: the mean over agents of the fraction of its route to `goal_x` covered
-//!   in the step (the episode's sum is the mean progress), minus 1 at the step an agent
-//!   collides or leaves the road. Score: the mean route progress; success as above.
+//! - Reward per step ([`DriveReward`] weights, `[env.reward]`): the mean over agents of the
+//!   fraction of its route to `goal_x` covered in the step (the episode's sum is the mean
+//!   progress), minus `collision` at the step an agent collides (else `off_road` if one leaves
+//!   the road), minus `jerk` x the agents' mean |change of commanded acceleration| per second.
+//!   Defaults 1, 1, 1, 0. Score: the mean route progress; success as above.
 //! - Metrics at the end of each episode (`Info::metrics`): `collision` and `off_road` (1 when an
 //!   agent that had not arrived collided / left the road), `progress` (the score), `speed`
 //!   (agents' mean speed over the control steps, m/s) and `jerk` (mean |change of commanded
@@ -98,6 +100,52 @@ impl Validate for DriveRandomization {
     }
 }
 
+/// Weights of the step reward's terms (Multi-ORFT's dense trajectory reward: progress,
+/// collision, off-road, comfort).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DriveReward {
+    /// Times the agents' mean share of their route covered in the step.
+    pub progress: f64,
+    /// Subtracted at the step an agent that has not arrived collides.
+    pub collision: f64,
+    /// Subtracted at the step an agent that has not arrived leaves the road (not added again
+    /// when it collides at the same step).
+    pub off_road: f64,
+    /// Times the agents' mean |change of commanded acceleration| per second (m/s^3),
+    /// subtracted.
+    pub jerk: f64,
+}
+
+impl Default for DriveReward {
+    fn default() -> Self {
+        Self {
+            progress: 1.0,
+            collision: 1.0,
+            off_road: 1.0,
+            jerk: 0.0,
+        }
+    }
+}
+
+impl Validate for DriveReward {
+    fn validate(&self) -> Result<(), Invalid> {
+        for (name, v) in [
+            ("progress", self.progress),
+            ("collision", self.collision),
+            ("off_road", self.off_road),
+            ("jerk", self.jerk),
+        ] {
+            ensure(
+                v.is_finite() && (0.0..=1000.0).contains(&v),
+                name,
+                format!("must be a number in 0..=1000, got {v}"),
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// The `[env]` table of `highway-merge`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -119,6 +167,8 @@ pub struct DriveConfig {
     pub neighbours: usize,
     /// Domain randomisation.
     pub randomize: DriveRandomization,
+    /// Weights of the step reward.
+    pub reward: DriveReward,
 }
 
 impl Default for DriveConfig {
@@ -132,6 +182,7 @@ impl Default for DriveConfig {
             goal_x: 370.0,
             neighbours: 6,
             randomize: DriveRandomization::default(),
+            reward: DriveReward::default(),
         }
     }
 }
@@ -186,7 +237,10 @@ impl Validate for DriveConfig {
             "neighbours",
             format!("must be in 1..=16, got {}", self.neighbours),
         )?;
-        self.randomize.validate().map_err(|e| e.within("randomize"))
+        self.randomize
+            .validate()
+            .map_err(|e| e.within("randomize"))?;
+        self.reward.validate().map_err(|e| e.within("reward"))
     }
 }
 
@@ -618,7 +672,7 @@ impl Env for Drive {
         let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
         let dt = 1.0 / f64::from(self.config.sim_hz);
         let road = Arc::clone(&self.road);
-        let mut failed = false;
+        let (mut failed, mut collided, mut left_road) = (false, false, false);
         for _ in 0..substeps {
             let mut commands = Vec::with_capacity(self.traffic.vehicles.len());
             for i in 0..self.traffic.vehicles.len() {
@@ -634,8 +688,8 @@ impl Env for Drive {
             for a in 0..self.config.agents {
                 if !self.episode.arrived[a] {
                     let (crashed, off) = (self.crashed(a), self.off_road(a));
-                    self.episode.collided |= crashed;
-                    self.episode.left_road |= off;
+                    collided |= crashed;
+                    left_road |= off;
                     failed |= crashed || off;
                 }
             }
@@ -646,17 +700,21 @@ impl Env for Drive {
                 self.episode.arrived[a] |= self.traffic.vehicles[i].state.x >= self.config.goal_x;
             }
         }
+        self.episode.collided |= collided;
+        self.episode.left_road |= left_road;
         self.episode.steps += 1;
         let hz = f64::from(self.config.policy_hz);
+        let mut jerk = 0.0;
         for a in 0..self.config.agents {
             let v = &self.traffic.vehicles[self.episode.agents[a]];
             self.episode.speed_sum += v.state.speed;
             let acc = f64::from(action[2 * a]) * ACCELERATION_RANGE;
             if let Some(last) = self.episode.last_acceleration[a] {
-                self.episode.jerk_sum += (acc - last).abs() * hz;
+                jerk += (acc - last).abs() * hz;
             }
             self.episode.last_acceleration[a] = Some(acc);
         }
+        self.episode.jerk_sum += jerk;
         let n = self.config.agents as f64;
         let gained: f64 = (0..self.config.agents)
             .map(|a| self.progress(a) - before[a])
@@ -667,7 +725,16 @@ impl Env for Drive {
         let terminated = failed || success;
         let truncated = !terminated && self.episode.steps >= self.config.max_episode_steps;
         self.episode.done = terminated || truncated;
-        let reward = gained - if failed { 1.0 } else { 0.0 };
+        let w = &self.config.reward;
+        let reward = w.progress * gained
+            - if collided {
+                w.collision
+            } else if left_road {
+                w.off_road
+            } else {
+                0.0
+            }
+            - w.jerk * jerk / n;
         let metrics = if self.episode.done {
             let e = &self.episode;
             let agent_steps = (e.steps * self.config.agents) as f64;

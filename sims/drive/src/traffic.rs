@@ -306,7 +306,7 @@ impl Traffic {
     }
 
     /// The `[steering, acceleration]` background vehicle `ego` commands now (highway-env's
-    /// `IDMVehicle.act`), updating its target lane; `dt` advances its lane-change timer.
+    /// `IDMVehicle.act`), updating its target lane (the lane-change timer advances in `step`).
     pub fn idm_action(&mut self, road: &Road, ego: usize) -> [f64; 2] {
         if self.vehicles[ego].crashed {
             return [0.0, 0.0];

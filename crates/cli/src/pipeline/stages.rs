@@ -414,8 +414,11 @@ fn eval_stage<B: AutodiffBackend>(
             cx.rec,
         )?;
         write_report(&stage.dir.join(format!("{what}.json")), &r)?;
-        write!(cx.out, "      {what}: ")?;
-        print_report(cx.out, &r)?;
+        let mut text = Vec::new();
+        print_report(&mut text, &r)?;
+        for line in String::from_utf8_lossy(&text).lines() {
+            writeln!(cx.out, "      {what}: {line}")?;
+        }
         reports.push(r);
     }
     let seconds = t0.elapsed().as_secs_f64();
