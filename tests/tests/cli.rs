@@ -555,6 +555,8 @@ fn driving_metrics_reach_the_evaluation_report() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     for (name, rate) in [
         ("collision", true),
+        ("collision_agents", true),
+        ("collision_traffic", true),
         ("off_road", true),
         ("progress", false),
         ("speed", false),

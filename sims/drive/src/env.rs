@@ -16,7 +16,9 @@
 //!   the road), minus `jerk` x the agents' mean |change of commanded acceleration| per second.
 //!   Defaults 1, 1, 1, 0. Score: the mean route progress; success as above.
 //! - Metrics at the end of each episode (`Info::metrics`): `collision` and `off_road` (1 when an
-//!   agent that had not arrived collided / left the road), `progress` (the score), `speed`
+//!   agent that had not arrived collided / left the road), `collision_agents` and
+//!   `collision_traffic` (the collision was between two agents / with a background vehicle),
+//!   `progress` (the score), `speed`
 //!   (agents' mean speed over the control steps, m/s) and `jerk` (mean |change of commanded
 //!   acceleration| per second, m/s^3).
 
@@ -309,6 +311,9 @@ struct Episode {
     jerk_sum: f64,
     last_acceleration: Vec<Option<f64>>,
     collided: bool,
+    /// Of the collisions: one between two agents, one of an agent with background traffic.
+    collided_agents: bool,
+    collided_traffic: bool,
     left_road: bool,
 }
 
@@ -325,6 +330,8 @@ impl Episode {
             jerk_sum: 0.0,
             last_acceleration: Vec::new(),
             collided: false,
+            collided_agents: false,
+            collided_traffic: false,
             left_road: false,
         }
     }
@@ -684,7 +691,21 @@ impl Env for Drive {
                     ],
                 });
             }
-            self.traffic.step(&road, &commands, dt);
+            for (i, j) in self.traffic.step(&road, &commands, dt) {
+                let agent = |k: usize| match self.traffic.vehicles[k].driver {
+                    Driver::Agent(a) => Some(!self.episode.arrived[a]),
+                    Driver::Idm => None,
+                };
+                match (agent(i), agent(j)) {
+                    (Some(true), Some(_)) | (Some(_), Some(true)) => {
+                        self.episode.collided_agents = true;
+                    }
+                    (Some(true), None) | (None, Some(true)) => {
+                        self.episode.collided_traffic = true;
+                    }
+                    _ => {}
+                }
+            }
             for a in 0..self.config.agents {
                 if !self.episode.arrived[a] {
                     let (crashed, off) = (self.crashed(a), self.off_road(a));
@@ -741,6 +762,8 @@ impl Env for Drive {
             let jerk_steps = (e.steps.saturating_sub(1) * self.config.agents).max(1) as f64;
             vec![
                 ("collision", f64::from(u8::from(e.collided))),
+                ("collision_agents", f64::from(u8::from(e.collided_agents))),
+                ("collision_traffic", f64::from(u8::from(e.collided_traffic))),
                 ("off_road", f64::from(u8::from(e.left_road))),
                 ("progress", self.score()),
                 ("speed", e.speed_sum / agent_steps),

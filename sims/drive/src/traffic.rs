@@ -346,8 +346,9 @@ impl Traffic {
     /// Moves every vehicle by `dt` s under `actions` (one `[steering, acceleration]` per
     /// vehicle; crashed vehicles brake to a stop, straight), updates lanes and timers, then
     /// marks colliding pairs crashed with both speeds set to the smaller one (highway-env's
-    /// `handle_collisions` for solid vehicles, without its impact displacement).
-    pub fn step(&mut self, road: &Road, actions: &[[f64; 2]], dt: f64) {
+    /// `handle_collisions` for solid vehicles, without its impact displacement). Returns the
+    /// overlapping pairs `(i, j)`, i < j.
+    pub fn step(&mut self, road: &Road, actions: &[[f64; 2]], dt: f64) -> Vec<(usize, usize)> {
         for (v, a) in self.vehicles.iter_mut().zip(actions) {
             let (steering, acceleration) = if v.crashed {
                 (0.0, -v.state.speed)
@@ -359,9 +360,11 @@ impl Traffic {
             v.timer += dt;
         }
         let n = self.vehicles.len();
+        let mut pairs = Vec::new();
         for i in 0..n {
             for j in i + 1..n {
                 if self.colliding(i, j) {
+                    pairs.push((i, j));
                     let speed = {
                         let (a, b) = (self.vehicles[i].state.speed, self.vehicles[j].state.speed);
                         if a.abs() <= b.abs() { a } else { b }
@@ -373,6 +376,7 @@ impl Traffic {
                 }
             }
         }
+        pairs
     }
 
     /// Whether the boxes of vehicles `i` and `j` overlap.
