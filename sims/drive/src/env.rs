@@ -891,6 +891,30 @@ mod tests {
     }
 
     #[test]
+    fn no_two_vehicles_start_overlapping_and_every_agent_starts_on_the_road() {
+        for (agents, lanes) in [(4, 1), (4, 4), (2, 2), (1, 3)] {
+            let mut env = Drive::new(DriveConfig {
+                agents,
+                lanes,
+                ..DriveConfig::default()
+            });
+            for seed in 0..50 {
+                env.reset(seed);
+                let n = env.traffic().vehicles.len();
+                for i in 0..n {
+                    for j in i + 1..n {
+                        assert!(
+                            !env.traffic().colliding(i, j),
+                            "{agents}/{lanes} seed {seed}: {i} {j}"
+                        );
+                    }
+                }
+                assert!((0..agents).all(|a| !env.off_road(a) && !env.crashed(a)));
+            }
+        }
+    }
+
+    #[test]
     fn bad_actions_and_configs_are_refused() {
         let mut env = Drive::new(DriveConfig::default());
         let obs = env.observe();
