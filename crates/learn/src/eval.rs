@@ -380,3 +380,38 @@ impl runner::Agent for Scorer<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn episode(metrics: &[(&str, f64)]) -> EpisodeStats {
+        let mut e = EpisodeStats::start(0, 0);
+        e.metrics = metrics.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+        e
+    }
+
+    #[test]
+    fn metrics_average_as_rates_or_means_over_the_episodes_that_report_them() {
+        let r = EvalReport::from_episodes(
+            vec![
+                episode(&[("collision", 1.0), ("speed", 20.0)]),
+                episode(&[("collision", 0.0), ("speed", 22.0)]),
+                episode(&[("collision", 0.0)]),
+                episode(&[]),
+            ],
+            0,
+            1,
+        );
+        let c = &r.metrics["collision"];
+        assert!(c.rate && c.episodes == 3 && (c.mean - 1.0 / 3.0).abs() < 1e-12);
+        let (lo, hi) = wilson_interval(1, 3, Z95);
+        assert_eq!(c.ci95, [lo, hi]);
+        let s = &r.metrics["speed"];
+        assert!(!s.rate && s.episodes == 2 && s.mean == 21.0);
+        // sd = sqrt(2), so the half-width is 1.96 * sqrt(2) / sqrt(2).
+        assert!((s.ci95[1] - 21.0 - Z95).abs() < 1e-12, "{s:?}");
+        assert_eq!(r.metrics_text(), format!("collision {}, speed {}", c.text(), s.text()));
+        assert!(EvalReport::from_episodes(vec![episode(&[])], 0, 1).metrics.is_empty());
+    }
+}
