@@ -411,7 +411,14 @@ mod tests {
         assert!(!s.rate && s.episodes == 2 && s.mean == 21.0);
         // sd = sqrt(2), so the half-width is 1.96 * sqrt(2) / sqrt(2).
         assert!((s.ci95[1] - 21.0 - Z95).abs() < 1e-12, "{s:?}");
-        assert_eq!(r.metrics_text(), format!("collision {}, speed {}", c.text(), s.text()));
-        assert!(EvalReport::from_episodes(vec![episode(&[])], 0, 1).metrics.is_empty());
+        assert_eq!(
+            r.metrics_text(),
+            format!("collision {}, speed {}", c.text(), s.text())
+        );
+        assert!(
+            EvalReport::from_episodes(vec![episode(&[])], 0, 1)
+                .metrics
+                .is_empty()
+        );
     }
 }
