@@ -366,7 +366,7 @@ mod tests {
     use diffrl_core::env::Env;
 
     /// The expert merges: over 40 seeded scenes with two agents, at least 34 succeed (36 at the
-    /// time of writing; 445 of 500 in docs/driving.md).
+    /// time of writing; 89.4% of 500 in docs/driving.md).
     #[test]
     fn the_expert_merges_without_collisions() {
         let mut env = Drive::new(DriveConfig::default());
