@@ -53,6 +53,16 @@ pub fn ensure(ok: bool, field: &str, message: impl Into<String>) -> Result<(), I
     }
 }
 
+/// `Ok` when `r` is a finite range `[lo, hi]` with `min <= lo <= hi <= max`, else an
+/// [`Invalid`] for `field` saying so (domain-randomisation ranges).
+pub fn ensure_range(r: [f64; 2], field: &str, min: f64, max: f64) -> Result<(), Invalid> {
+    ensure(
+        r[0].is_finite() && r[1].is_finite() && r[0] >= min && r[0] <= r[1] && r[1] <= max,
+        field,
+        format!("must be a range [lo, hi] with {min} <= lo <= hi <= {max}, got {r:?}"),
+    )
+}
+
 /// Parses and validates a config from TOML text; `origin` names it in errors.
 pub fn from_toml_str<T: DeserializeOwned + Validate>(
     text: &str,

@@ -23,7 +23,7 @@
 //!   acceleration| per second, m/s^3).
 
 use diffrl_core::EnvError;
-use diffrl_core::config::{Invalid, Validate, ensure};
+use diffrl_core::config::{Invalid, Validate, ensure, ensure_range};
 use diffrl_core::env::{Env, Info, StepResult};
 use diffrl_core::scene::{Scene2d, Shape2d};
 use diffrl_core::seeding::{self, Rng};
@@ -80,20 +80,12 @@ impl Default for DriveRandomization {
     }
 }
 
-fn check_range(r: [f64; 2], field: &str, min: f64, max: f64) -> Result<(), Invalid> {
-    ensure(
-        r.iter().all(|v| v.is_finite()) && min <= r[0] && r[0] <= r[1] && r[1] <= max,
-        field,
-        format!("must be [low, high] with {min} <= low <= high <= {max}, got {r:?}"),
-    )
-}
-
 impl Validate for DriveRandomization {
     fn validate(&self) -> Result<(), Invalid> {
-        check_range(self.target_speed, "target_speed", 1.0, 40.0)?;
-        check_range(self.time_wanted, "time_wanted", 0.1, 10.0)?;
-        check_range(self.delta, "delta", 1.0, 10.0)?;
-        check_range(self.density, "density", 0.0, 3.0)?;
+        ensure_range(self.target_speed, "target_speed", 1.0, 40.0)?;
+        ensure_range(self.time_wanted, "time_wanted", 0.1, 10.0)?;
+        ensure_range(self.delta, "delta", 1.0, 10.0)?;
+        ensure_range(self.density, "density", 0.0, 3.0)?;
         ensure(
             self.obs_noise.is_finite() && self.obs_noise >= 0.0,
             "obs_noise",
@@ -341,6 +333,8 @@ impl Episode {
 #[derive(Debug, Clone)]
 pub struct Drive {
     config: DriveConfig,
+    /// [`Env::action_space`], built once (step checks every action against it).
+    actions: BoxSpace,
     road: Arc<Road>,
     layout: MergeLayout,
     traffic: Traffic,
@@ -368,8 +362,15 @@ impl Drive {
             ..MergeLayout::default()
         };
         let road = Arc::new(Road::new(&layout.specs()).expect("the merge layout is a valid road"));
+        let names = config.action_names();
+        let actions = BoxSpace {
+            low: vec![-1.0; names.len()],
+            high: vec![1.0; names.len()],
+            names,
+        };
         let mut env = Self {
             config,
+            actions,
             road,
             layout,
             traffic: Traffic {
@@ -651,12 +652,7 @@ impl Env for Drive {
     }
 
     fn action_space(&self) -> BoxSpace {
-        let names = self.config.action_names();
-        BoxSpace {
-            low: vec![-1.0; names.len()],
-            high: vec![1.0; names.len()],
-            names,
-        }
+        self.actions.clone()
     }
 
     fn max_episode_steps(&self) -> usize {
@@ -674,7 +670,7 @@ impl Env for Drive {
             return Err(EnvError::EpisodeOver);
         }
         let mut action = action.to_vec();
-        let clamped = self.action_space().check_and_clamp(&mut action)?;
+        let clamped = self.actions.check_and_clamp(&mut action)?;
         let before: Vec<f64> = (0..self.config.agents).map(|a| self.progress(a)).collect();
         let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
         let dt = 1.0 / f64::from(self.config.sim_hz);

@@ -51,7 +51,7 @@ pub struct Leader {
 }
 
 /// highway-env's `not_zero`: x, or +-0.01 when |x| <= 0.01 (the sign of x, + for 0).
-fn not_zero(x: f64) -> f64 {
+pub(crate) fn not_zero(x: f64) -> f64 {
     const EPS: f64 = 1e-2;
     if x.abs() > EPS {
         x

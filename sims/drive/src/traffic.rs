@@ -13,7 +13,7 @@ use parry2d::math::{Pose, Vector};
 use parry2d::query::intersection_test;
 use parry2d::shape::Cuboid;
 
-use crate::idm::{Idm, Leader};
+use crate::idm::{Idm, Leader, not_zero};
 use crate::kinematics::{LENGTH, VehicleState, WIDTH};
 use crate::road::{Road, wrap_to_pi};
 
@@ -394,18 +394,6 @@ impl Traffic {
             b.state.heading as f32,
         );
         intersection_test(&pa, &half, &pb, &half).is_ok_and(|r| r.intersecting)
-    }
-}
-
-/// highway-env's `not_zero`: x, or +-0.01 when |x| <= 0.01.
-pub(crate) fn not_zero(x: f64) -> f64 {
-    const EPS: f64 = 1e-2;
-    if x.abs() > EPS {
-        x
-    } else if x >= 0.0 {
-        EPS
-    } else {
-        -EPS
     }
 }
 

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use diffrl_core::config::{Invalid, Validate, ensure};
+use diffrl_core::config::{Invalid, Validate, ensure, ensure_range};
 use diffrl_core::seeding::{self, Rng};
 use diffrl_core::space::{ImageObs, ImageSpace};
 use diffrl_core::{BoxSpace, Env, EnvError, Info, Observation, ObservationSpace, StepResult};
@@ -215,17 +215,10 @@ impl Default for Randomization {
 
 impl Validate for Randomization {
     fn validate(&self) -> Result<(), Invalid> {
-        let range = |name: &str, r: Range, lo: f64, hi: f64| {
-            ensure(
-                r[0].is_finite() && r[1].is_finite() && r[0] >= lo && r[0] <= r[1] && r[1] <= hi,
-                name,
-                format!("must be a range [lo, hi] with {lo} <= lo <= hi <= {hi}, got {r:?}"),
-            )
-        };
-        range("cube_mass", self.cube_mass, 1e-3, 10.0)?;
-        range("cube_friction", self.cube_friction, 0.0, 5.0)?;
-        range("gain_scale", self.gain_scale, 0.05, 20.0)?;
-        range("color_jitter", self.color_jitter, 0.0, 4.0)?;
+        ensure_range(self.cube_mass, "cube_mass", 1e-3, 10.0)?;
+        ensure_range(self.cube_friction, "cube_friction", 0.0, 5.0)?;
+        ensure_range(self.gain_scale, "gain_scale", 0.05, 20.0)?;
+        ensure_range(self.color_jitter, "color_jitter", 0.0, 4.0)?;
         ensure(
             self.action_delay[0] <= self.action_delay[1] && self.action_delay[1] <= 10,
             "action_delay",
