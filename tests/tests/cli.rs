@@ -600,6 +600,80 @@ fn driving_metrics_reach_the_evaluation_report() {
     assert_eq!(eps[0].actions[0].len(), 6);
 }
 
+/// The joint planner on highway-merge: it trains from demos, its checkpoint records the agents'
+/// layout the environment declared, GRPO fine-tunes it through the chain's likelihoods, and an
+/// environment with another number of agents is refused with both layouts named.
+#[test]
+fn joint_planner_trains_fine_tunes_and_keeps_its_agent_layout() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("joint.toml");
+    let text = "task = \"highway-merge\"\n[run]\nthreads = 2\n[env]\nmax_episode_steps = 6\n\
+         [policy.denoiser]\nkind = \"joint\"\n[policy.denoiser.planner]\nd_model = 8\n\
+         heads = 2\nlayers = 1\nff_dim = 8\n[policy.diffusion]\ntrain_steps = 10\n\
+         denoising_steps = 2\n[pretrain]\nsteps = 4\nbatch_size = 8\nwarmup_steps = 1\n\
+         eval_every = 0\ncheckpoint_every = 4\n[eval]\nepisodes = 2\nenvs = 2\n\
+         [grpo]\niterations = 1\ngroups = 1\ngroup_size = 2\nepochs = 1\nminibatch = 16\n\
+         eval_every = 0\n";
+    std::fs::write(&cfg, text).unwrap();
+    let cfg = cfg.display().to_string();
+    let ds = d.path().join("demos").display().to_string();
+    cli(&[
+        "demos",
+        "highway-merge",
+        "--config",
+        &cfg,
+        "--episodes",
+        "2",
+        "--out",
+        &ds,
+    ])
+    .unwrap();
+    let bc = d.path().join("bc").display().to_string();
+    cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &bc]).unwrap();
+    let policy = format!("{bc}/policy");
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{policy}/policy.json")).unwrap())
+            .unwrap();
+    let spec = &meta["spec"];
+    assert_eq!(spec["agents"], 2, "{spec}");
+    let groups: Vec<(&str, u64, u64, u64)> = spec["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap(),
+                g["offset"].as_u64().unwrap(),
+                g["width"].as_u64().unwrap(),
+                g["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(groups, [("lanes", 5, 4, 3), ("neighbours", 17, 6, 6)]);
+    let grpo = d.path().join("grpo").display().to_string();
+    let s = cli(&[
+        "grpo", "--config", &cfg, "--policy", &policy, "--out", &grpo,
+    ])
+    .unwrap();
+    assert!(s.contains("grpo: 1 iterations in"), "{s}");
+    let cfg3 = d.path().join("joint3.toml");
+    std::fs::write(&cfg3, text.replace("[env]\n", "[env]\nagents = 3\n")).unwrap();
+    let e = cli(&[
+        "eval",
+        "--config",
+        &cfg3.display().to_string(),
+        "--policy",
+        &policy,
+        "--episodes",
+        "1",
+    ])
+    .unwrap_err();
+    assert!(
+        e.contains("built for 2 agents") && e.contains("gives 3 agents"),
+        "{e}"
+    );
+}
+
 #[test]
 fn pixel_demos_record_camera_frames_that_a_pixel_policy_trains_on() {
     let d = tempfile::tempdir().unwrap();

@@ -124,6 +124,8 @@ pub fn pretrain<B: AutodiffBackend>(
         image: env.image.and(frames),
         // A language-conditioned task: the policy reads each episode's instruction.
         text: env.text,
+        agents: env.agents,
+        entities: env.entities.clone(),
     };
     if spec.image.is_none() {
         for o in episodes.iter_mut().flat_map(|e| e.observations.iter_mut()) {

@@ -43,11 +43,35 @@ pub fn env_spec(cfg: &RunConfig) -> anyhow::Result<PolicySpec> {
             .image
             .map(|im| [3, im.height as usize, im.width as usize]),
         text: space.text,
+        agents: space.agents,
+        entities: space.entities,
     })
 }
 
+/// Refuses a policy whose shapes differ from the environment's. The agents' layout is compared
+/// only where the policy records one (more than one agent, or entity groups): a flat policy
+/// reads the state as one vector and does not depend on it.
 pub(crate) fn check_spec(policy: &PolicySpec, env: &PolicySpec, what: &str) -> anyhow::Result<()> {
-    if policy != env {
+    let flat = policy.agents == 1 && policy.entities.is_empty();
+    if !flat && (policy.agents != env.agents || policy.entities != env.entities) {
+        let groups = |s: &PolicySpec| {
+            s.entities
+                .iter()
+                .map(|g| format!("{} {} x {} at {}", g.name, g.count, g.width, g.offset))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        bail!(
+            "{what} was built for {} agents with entity groups [{}], but the configured \
+             environment gives {} agents with [{}] (check the [env] settings)",
+            policy.agents,
+            groups(policy),
+            env.agents,
+            groups(env)
+        );
+    }
+    let shape = |s: &PolicySpec| (s.state_dim, s.action_dim, s.image, s.text);
+    if shape(policy) != shape(env) {
         bail!(
             "{what} expects state dim {}, action dim {}, image {:?}, text {}, but the \
              configured environment gives {}, {}, {:?}, {} (check [env].obs)",

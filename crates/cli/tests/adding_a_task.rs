@@ -176,6 +176,7 @@ impl Env for Reach {
             image: None,
             text: false,
             agents: 1,
+            entities: Vec::new(),
         }
     }
     fn action_space(&self) -> BoxSpace {

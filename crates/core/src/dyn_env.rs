@@ -226,6 +226,7 @@ mod tests {
                 image: None,
                 text: false,
                 agents: 1,
+                entities: Vec::new(),
             }
         }
         fn action_space(&self) -> BoxSpace {

@@ -46,5 +46,7 @@ pub mod vec_env;
 pub use env::{Env, Info, StepResult};
 pub use episode::{Episode, Rollout};
 pub use error::{ConfigError, DatasetError, EnvError};
-pub use space::{BoxSpace, ImageObs, ImageSpace, Observation, ObservationSpace};
+pub use space::{
+    BoxSpace, EntityGroup, ImageObs, ImageSpace, Observation, ObservationSpace, check_entity_groups,
+};
 pub use vec_env::{AutoReset, VecEnv, VecStep};

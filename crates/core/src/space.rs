@@ -82,6 +82,79 @@ pub struct ObservationSpace {
     pub text: bool,
     /// Number of agents whose blocks are stacked in the state vector (1 for single-agent tasks).
     pub agents: usize,
+    /// Runs of equal-width records inside each agent's block (lanes, neighbouring vehicles,
+    /// objects) that a token-based policy may read as one token each; empty when the block is
+    /// one flat vector. Every agent's block has the same layout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entities: Vec<EntityGroup>,
+}
+
+/// `count` consecutive records of `width` values each, starting at `offset` inside an agent's
+/// block of the state vector: the K nearest vehicles, the lanes around an agent. The values of
+/// a block outside every group describe the agent itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntityGroup {
+    /// What the records are ("lanes", "neighbours"); shown in errors.
+    pub name: String,
+    /// Index of the first value of the first record inside the agent's block.
+    pub offset: usize,
+    /// Values per record.
+    pub width: usize,
+    /// Records.
+    pub count: usize,
+}
+
+impl EntityGroup {
+    /// A group of `count` records of `width` values from `offset`.
+    pub fn new(name: &str, offset: usize, width: usize, count: usize) -> Self {
+        Self {
+            name: name.to_string(),
+            offset,
+            width,
+            count,
+        }
+    }
+
+    /// One past the group's last value inside the block.
+    pub fn end(&self) -> usize {
+        self.offset + self.width * self.count
+    }
+}
+
+/// Checks that `groups` tile part of an agent block of `block` values: every group non-empty,
+/// inside the block, and no two overlapping. The error names the group.
+pub fn check_entity_groups(groups: &[EntityGroup], block: usize) -> Result<(), String> {
+    for (i, g) in groups.iter().enumerate() {
+        if g.width == 0 || g.count == 0 {
+            return Err(format!(
+                "entity group {:?} has {} records of {} values: both must be > 0",
+                g.name, g.count, g.width
+            ));
+        }
+        if g.end() > block {
+            return Err(format!(
+                "entity group {:?} ends at value {} of an agent block of {block}",
+                g.name,
+                g.end()
+            ));
+        }
+        if let Some(o) = groups[..i]
+            .iter()
+            .find(|o| g.offset < o.end() && o.offset < g.end())
+        {
+            return Err(format!(
+                "entity groups {:?} ({}..{}) and {:?} ({}..{}) overlap",
+                o.name,
+                o.offset,
+                o.end(),
+                g.name,
+                g.offset,
+                g.end()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// An RGB8 image in row-major HWC order.
@@ -136,5 +209,19 @@ mod tests {
         assert!(s.check_and_clamp(&mut inf).is_err());
         assert!(s.check_and_clamp(&mut [1.0]).is_err());
         assert!(s.contains(&[0.0, 512.0]) && !s.contains(&[0.0, 513.0]));
+    }
+
+    #[test]
+    fn entity_groups_must_fit_and_not_overlap() {
+        let lanes = EntityGroup::new("lanes", 5, 4, 3);
+        let near = EntityGroup::new("neighbours", 17, 6, 6);
+        assert!(check_entity_groups(&[lanes.clone(), near.clone()], 53).is_ok());
+        let e = check_entity_groups(&[lanes.clone(), near.clone()], 52).unwrap_err();
+        assert!(e.contains("\"neighbours\" ends at value 53"), "{e}");
+        let e =
+            check_entity_groups(&[lanes.clone(), EntityGroup::new("x", 16, 2, 1)], 53).unwrap_err();
+        assert!(e.contains("overlap") && e.contains("\"x\""), "{e}");
+        let e = check_entity_groups(&[EntityGroup::new("x", 0, 0, 1)], 53).unwrap_err();
+        assert!(e.contains("both must be > 0"), "{e}");
     }
 }

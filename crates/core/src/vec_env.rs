@@ -260,6 +260,7 @@ pub(crate) mod tests {
                 image: None,
                 text: false,
                 agents: 1,
+                entities: Vec::new(),
             }
         }
         fn action_space(&self) -> BoxSpace {

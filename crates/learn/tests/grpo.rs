@@ -45,6 +45,7 @@ impl Env for Reach {
             image: None,
             text: false,
             agents: 1,
+            entities: Vec::new(),
         }
     }
     fn action_space(&self) -> BoxSpace {
@@ -151,12 +152,7 @@ fn pretrained(dir: &Path) -> Policy<CpuBackend> {
     let eps = poor_demos();
     let norm = fit_normalizers(&eps).unwrap();
     let cfg = policy_config();
-    let spec = PolicySpec {
-        state_dim: 1,
-        action_dim: 1,
-        image: None,
-        text: false,
-    };
+    let spec = PolicySpec::flat(1, 1);
     let device = Default::default();
     let policy = Policy::<CpuAutodiff>::new(cfg.clone(), spec, norm, 1, &device).unwrap();
     let data = ChunkDataset::build(&eps, cfg.obs_horizon, cfg.pred_horizon, &policy.norm).unwrap();
@@ -631,12 +627,7 @@ fn surrogate_gradient_matches_finite_differences() {
     let device = Default::default();
     let eps = poor_demos();
     let norm = fit_normalizers(&eps).unwrap();
-    let spec = PolicySpec {
-        state_dim: 1,
-        action_dim: 1,
-        image: None,
-        text: false,
-    };
+    let spec = PolicySpec::flat(1, 1);
     let mut cfg = policy_config();
     cfg.denoiser.hidden = 8;
     let policy = Policy::<CpuAutodiff>::new(cfg, spec, norm, 4, &device).unwrap();

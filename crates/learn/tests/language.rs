@@ -50,6 +50,7 @@ impl Env for GoTo {
             image: None,
             text: true,
             agents: 1,
+            entities: Vec::new(),
         }
     }
     fn action_space(&self) -> BoxSpace {
@@ -163,10 +164,8 @@ fn policy_config() -> PolicyConfig {
 fn pretrained(eps: &[Episode], dir: &Path) -> Policy<CpuBackend> {
     let norm = fit_normalizers(eps).unwrap();
     let spec = PolicySpec {
-        state_dim: 1,
-        action_dim: 1,
-        image: None,
         text: true,
+        ..PolicySpec::flat(1, 1)
     };
     let vocab = task_vocabulary(eps).unwrap();
     assert_eq!(vocab.tokens(), ["<pad>", "<unk>", "go", "left", "right"]);

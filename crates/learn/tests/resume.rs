@@ -63,12 +63,7 @@ fn run(out: &Path, stop_at: usize, resume: bool) -> usize {
         ..PolicyConfig::default()
     };
     let device = Default::default();
-    let spec = PolicySpec {
-        state_dim: 3,
-        action_dim: 2,
-        image: None,
-        text: false,
-    };
+    let spec = PolicySpec::flat(3, 2);
     let policy = Policy::<CpuAutodiff>::new(cfg.clone(), spec, norm, 0, &device).unwrap();
     let data = ChunkDataset::build(&eps, cfg.obs_horizon, cfg.pred_horizon, &policy.norm).unwrap();
     let bc = BcConfig {

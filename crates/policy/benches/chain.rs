@@ -14,12 +14,7 @@ use diffrl_policy::{
 use rand::Rng as _;
 
 fn setup() -> (PolicyConfig, PolicySpec, Normalizers) {
-    let spec = PolicySpec {
-        state_dim: 5,
-        action_dim: 2,
-        image: None,
-        text: false,
-    };
+    let spec = PolicySpec::flat(5, 2);
     let mm = |d| Normalizer::MinMax {
         min: vec![0.0; d],
         max: vec![512.0; d],

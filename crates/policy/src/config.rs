@@ -25,6 +25,10 @@ pub enum DenoiserKind {
     Mlp,
     /// 1-D temporal U-Net with FiLM conditioning (the Diffusion Policy architecture).
     Unet,
+    /// Joint multi-agent planner: one token per agent, cross-attention to the agent's entity
+    /// tokens (lanes, neighbours), self-attention across agents, AdaLN-Zero conditioning on the
+    /// denoising step (docs/policy.md, "The joint planner").
+    Joint,
 }
 
 /// Element-wise nonlinearity of the MLPs.
@@ -253,6 +257,42 @@ pub struct DenoiserConfig {
     pub unet_kernel: usize,
     /// U-Net GroupNorm groups.
     pub unet_groups: usize,
+    /// The joint planner (`kind = "joint"`). Left out of a serialised config while it has its
+    /// defaults, so the configs and checkpoints of other denoisers read as before it existed.
+    #[serde(skip_serializing_if = "PlannerConfig::is_default")]
+    pub planner: PlannerConfig,
+}
+
+/// Sizes of the joint planner (`[policy.denoiser.planner]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlannerConfig {
+    /// Token width.
+    pub d_model: usize,
+    /// Attention heads (must divide `d_model`).
+    pub heads: usize,
+    /// Blocks of [cross-attention to entities, self-attention across agents, MLP].
+    pub layers: usize,
+    /// Hidden width of each block's MLP.
+    pub ff_dim: usize,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        Self {
+            d_model: 64,
+            heads: 4,
+            layers: 2,
+            ff_dim: 128,
+        }
+    }
+}
+
+impl PlannerConfig {
+    /// Whether every field has its default (the section is then not written out).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl Default for DenoiserConfig {
@@ -267,6 +307,7 @@ impl Default for DenoiserConfig {
             unet_down_dims: vec![64, 128, 256],
             unet_kernel: 5,
             unet_groups: 8,
+            planner: PlannerConfig::default(),
         }
     }
 }
@@ -434,6 +475,26 @@ impl Validate for PolicyConfig {
                     .all(|c| c.is_multiple_of(d.unet_groups)),
             "denoiser.unet_groups",
             format!("must divide every U-Net width {:?}", d.unet_down_dims),
+        )?;
+        let p = &d.planner;
+        ensure(p.d_model >= 1, "denoiser.planner.d_model", "must be >= 1")?;
+        ensure(
+            p.heads >= 1 && p.d_model.is_multiple_of(p.heads),
+            "denoiser.planner.heads",
+            format!("must be >= 1 and divide d_model = {}", p.d_model),
+        )?;
+        ensure(p.layers >= 1, "denoiser.planner.layers", "must be >= 1")?;
+        ensure(p.ff_dim >= 1, "denoiser.planner.ff_dim", "must be >= 1")?;
+        ensure(
+            d.kind != DenoiserKind::Joint || self.encoder.state_hidden.is_empty(),
+            "encoder.state_hidden",
+            "the joint planner reads the agents' blocks of the state itself: leave \
+             state_hidden empty",
+        )?;
+        ensure(
+            d.kind != DenoiserKind::Joint || self.kind == PolicyKind::Diffusion,
+            "denoiser.kind",
+            "the joint planner is a diffusion denoiser (kind = \"diffusion\")",
         )?;
         let f = &self.diffusion;
         ensure(f.train_steps >= 1, "diffusion.train_steps", "must be >= 1")?;

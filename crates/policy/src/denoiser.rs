@@ -1,5 +1,5 @@
-//! Denoisers eps_theta(x_t, t, cond): a residual MLP (fast, the CPU default) and the 1-D
-//! temporal U-Net of Diffusion Policy.
+//! Denoisers eps_theta(x_t, t, cond): a residual MLP (fast, the CPU default), the 1-D
+//! temporal U-Net of Diffusion Policy, and the joint multi-agent planner.
 
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
@@ -8,6 +8,7 @@ use burn::tensor::backend::Backend;
 
 use crate::config::{Activation, DenoiserConfig, DenoiserKind};
 use crate::nn::{StepEmbedding, activate};
+use crate::planner::{AgentLayout, JointPlanner};
 use crate::unet::UNet1d;
 
 /// Residual MLP over the flattened chunk: concat(x, step embedding, cond) -> Linear(H) ->
@@ -94,14 +95,17 @@ pub enum Denoiser<B: Backend> {
     Mlp(ResidualMlp<B>),
     /// Temporal U-Net with FiLM.
     Unet(UNet1d<B>),
+    /// Joint multi-agent planner.
+    Joint(JointPlanner<B>),
 }
 
 impl<B: Backend> Denoiser<B> {
-    /// Builds the configured architecture.
+    /// Builds the configured architecture; the joint planner reads the agents' `layout`.
     pub fn new(
         pred_horizon: usize,
         action_dim: usize,
         cond_dim: usize,
+        layout: &AgentLayout,
         cfg: &DenoiserConfig,
         device: &B::Device,
     ) -> Self {
@@ -114,6 +118,9 @@ impl<B: Backend> Denoiser<B> {
                 device,
             )),
             DenoiserKind::Unet => Self::Unet(UNet1d::new(action_dim, cond_dim, cfg, device)),
+            DenoiserKind::Joint => {
+                Self::Joint(JointPlanner::new(pred_horizon, layout, cfg, device))
+            }
         }
     }
 
@@ -122,6 +129,7 @@ impl<B: Backend> Denoiser<B> {
         match self {
             Self::Mlp(m) => m.forward(x, t, cond),
             Self::Unet(m) => m.forward(x, t, cond),
+            Self::Joint(m) => m.forward(x, t, cond),
         }
     }
 }

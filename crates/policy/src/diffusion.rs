@@ -16,6 +16,7 @@ use rand_distr::StandardNormal;
 use crate::config::{DenoiserConfig, DiffusionConfig, EncoderConfig};
 use crate::denoiser::Denoiser;
 use crate::encoder::{ImageShape, ObsEncoder, ObsTensors};
+use crate::planner::AgentLayout;
 use crate::schedule::{Prediction, Schedule, StepCoeffs, q_sample_coeffs, step_coeffs};
 
 const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
@@ -41,6 +42,7 @@ impl<B: Backend> DiffusionModel<B> {
         action_dim: usize,
         encoder: &EncoderConfig,
         denoiser: &DenoiserConfig,
+        layout: &AgentLayout,
         device: &B::Device,
     ) -> Self {
         let encoder = ObsEncoder::new(
@@ -56,6 +58,7 @@ impl<B: Backend> DiffusionModel<B> {
             pred_horizon,
             action_dim,
             encoder.out_dim(),
+            layout,
             denoiser,
             device,
         );

@@ -18,6 +18,7 @@ pub mod error;
 pub mod gaussian;
 pub mod nn;
 pub mod patches;
+pub mod planner;
 pub mod policy;
 pub mod schedule;
 pub mod text_encoder;

@@ -7,13 +7,15 @@ use burn::tensor::{Tensor, TensorData};
 use diffrl_core::config::Validate;
 use diffrl_core::normalize::Normalizer;
 use diffrl_core::seeding::Rng;
+use diffrl_core::space::EntityGroup;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{PolicyConfig, PolicyKind};
+use crate::config::{DenoiserKind, PolicyConfig, PolicyKind};
 use crate::diffusion::{ChainSample, DiffusionModel, DiffusionProcess, Noise, SampleMode};
 use crate::encoder::ObsTensors;
 use crate::error::PolicyError;
 use crate::gaussian::GaussianModel;
+use crate::planner::AgentLayout;
 use crate::text_encoder::TextTokens;
 use crate::tokenizer::{Strictness, Tokenizer, Tokens, Vocabulary};
 
@@ -82,6 +84,36 @@ pub struct PolicySpec {
     /// only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub text: bool,
+    /// Agents whose blocks are stacked in the state vector and whose actions are stacked in the
+    /// action (the environment's `ObservationSpace::agents`); written out only when > 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub agents: usize,
+    /// Entity records inside each agent's block (`ObservationSpace::entities`), read as tokens
+    /// by the joint planner; written out only when there are some.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entities: Vec<EntityGroup>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
+
+impl PolicySpec {
+    /// A single-agent spec without entity groups.
+    pub fn flat(state_dim: usize, action_dim: usize) -> Self {
+        Self {
+            state_dim,
+            action_dim,
+            image: None,
+            text: false,
+            agents: 1,
+            entities: Vec::new(),
+        }
+    }
 }
 
 /// Input and output normalisers, stored with the model.
@@ -125,6 +157,56 @@ pub struct Act<B: Backend> {
     pub actions: Vec<f32>,
     /// The sampled chain in normalised units (x_0 and, when recorded, x_K..x_0 and log-probs).
     pub sample: ChainSample<B>,
+}
+
+/// The agents' layout of `spec`, checked against what the configured denoiser needs: the
+/// joint planner splits the state and action vectors into equal agent blocks and reads no
+/// images or text.
+fn agent_layout(config: &PolicyConfig, spec: &PolicySpec) -> Result<AgentLayout, PolicyError> {
+    let shape = |what: &str, expected: usize, got: usize| PolicyError::Shape {
+        what: what.into(),
+        expected,
+        got,
+    };
+    if spec.agents == 0 {
+        return Err(shape("agents in the policy spec (at least 1)", 1, 0));
+    }
+    if !spec.state_dim.is_multiple_of(spec.agents) {
+        return Err(shape(
+            &format!("state values, a multiple of the {} agents", spec.agents),
+            spec.state_dim.next_multiple_of(spec.agents),
+            spec.state_dim,
+        ));
+    }
+    if !spec.action_dim.is_multiple_of(spec.agents) {
+        return Err(shape(
+            &format!("action values, a multiple of the {} agents", spec.agents),
+            spec.action_dim.next_multiple_of(spec.agents),
+            spec.action_dim,
+        ));
+    }
+    let block = spec.state_dim / spec.agents;
+    diffrl_core::space::check_entity_groups(&spec.entities, block).map_err(|m| {
+        PolicyError::Config {
+            field: "spec.entities".into(),
+            message: m,
+        }
+    })?;
+    if config.denoiser.kind == DenoiserKind::Joint && (spec.image.is_some() || spec.text) {
+        return Err(PolicyError::Config {
+            field: "denoiser.kind".into(),
+            message: "the joint planner reads state vectors only; this environment also \
+                      observes images or text: use the mlp or unet denoiser"
+                .into(),
+        });
+    }
+    Ok(AgentLayout {
+        agents: spec.agents,
+        obs_horizon: config.obs_horizon,
+        block,
+        action: spec.action_dim / spec.agents,
+        entities: spec.entities.clone(),
+    })
 }
 
 /// A policy: model + config + spec + normalisers.
@@ -213,6 +295,7 @@ impl<B: Backend> Policy<B> {
                 got: norm.state.dim() + norm.action.dim(),
             });
         }
+        let layout = agent_layout(&config, &spec)?;
         let image = spec.image.map(|[c, h, w]| (c, h, w));
         let c = &config;
         let model = seeded_init::<B, _>(device, seed, || match c.kind {
@@ -225,6 +308,7 @@ impl<B: Backend> Policy<B> {
                 spec.action_dim,
                 &c.encoder,
                 &c.denoiser,
+                &layout,
                 device,
             )),
             PolicyKind::Gaussian => PolicyModel::Gaussian(GaussianModel::new(

@@ -320,10 +320,8 @@ fn pixel_policies_take_images() {
         cfg.encoder.image.out_dim = 8;
         cfg.encoder.image.patch_size = 5;
         let spec = diffrl_policy::PolicySpec {
-            state_dim: 3,
-            action_dim: 2,
             image: Some([3, 12, 12]),
-            text: false,
+            ..diffrl_policy::PolicySpec::flat(3, 2)
         };
         let p = Policy::<B>::new(cfg, spec, norm(), 0, &device).unwrap();
         let mut o = obs(2);

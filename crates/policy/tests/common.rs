@@ -31,12 +31,7 @@ pub fn tiny_config(k: usize) -> PolicyConfig {
 }
 
 pub fn spec() -> PolicySpec {
-    PolicySpec {
-        state_dim: 3,
-        action_dim: 2,
-        image: None,
-        text: false,
-    }
+    PolicySpec::flat(3, 2)
 }
 
 pub fn norm() -> Normalizers {

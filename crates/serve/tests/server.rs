@@ -41,12 +41,7 @@ fn tiny_policy() -> Policy<CpuBackend> {
         },
         ..PolicyConfig::default()
     };
-    let spec = PolicySpec {
-        state_dim: 3,
-        action_dim: 2,
-        image: None,
-        text: false,
-    };
+    let spec = PolicySpec::flat(3, 2);
     let norm = Normalizers {
         state: Normalizer::MinMax {
             min: vec![0.0; 3],

@@ -27,7 +27,7 @@ use diffrl_core::config::{Invalid, Validate, ensure, ensure_range};
 use diffrl_core::env::{Env, Info, StepResult};
 use diffrl_core::scene::{Scene2d, Shape2d};
 use diffrl_core::seeding::{self, Rng};
-use diffrl_core::space::{BoxSpace, Observation, ObservationSpace};
+use diffrl_core::space::{BoxSpace, EntityGroup, Observation, ObservationSpace};
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, LazyLock};
@@ -648,6 +648,15 @@ impl Env for Drive {
             image: None,
             text: false,
             agents: self.config.agents,
+            entities: vec![
+                EntityGroup::new("lanes", 5, 4, 3),
+                EntityGroup::new(
+                    "neighbours",
+                    AGENT_OBS,
+                    NEIGHBOUR_OBS,
+                    self.config.neighbours,
+                ),
+            ],
         }
     }
 
@@ -927,6 +936,34 @@ mod tests {
             ..DriveConfig::default()
         };
         assert!(bad.validate().unwrap_err().to_string().contains("goal_x"));
+    }
+
+    /// The entity groups the observation space declares sit where the named values are: each
+    /// record of a group starts with its `present` flag.
+    #[test]
+    fn entity_groups_match_the_observation_names() {
+        let env = Drive::new(DriveConfig {
+            agents: 3,
+            neighbours: 4,
+            ..DriveConfig::default()
+        });
+        let space = env.observation_space();
+        let names = space.state.unwrap().names;
+        let block = names.len() / space.agents;
+        diffrl_core::space::check_entity_groups(&space.entities, block).unwrap();
+        for a in 0..space.agents {
+            for g in &space.entities {
+                for r in 0..g.count {
+                    let name = &names[a * block + g.offset + r * g.width];
+                    assert!(
+                        name.starts_with(&format!("a{a}.")) && name.ends_with(".present"),
+                        "{} record {r}: {name}",
+                        g.name
+                    );
+                }
+            }
+        }
+        assert_eq!(space.entities[1].end(), block);
     }
 
     #[test]

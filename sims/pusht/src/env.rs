@@ -484,6 +484,7 @@ impl Env for PushT {
             image,
             text: false,
             agents: 1,
+            entities: Vec::new(),
         }
     }
 

@@ -982,6 +982,7 @@ pub(crate) fn arm_observation_space(
         }),
         text,
         agents: 1,
+        entities: Vec::new(),
     }
 }
 

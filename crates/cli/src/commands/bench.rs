@@ -172,12 +172,7 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
     cfg.denoiser.blocks = args.blocks;
     cfg.denoiser.activation = serde_json::from_value(serde_json::json!(args.activation))
         .map_err(|_| anyhow::anyhow!("--activation: expected mish, silu or relu"))?;
-    let spec = PolicySpec {
-        state_dim: 5,
-        action_dim: 2,
-        image: None,
-        text: false,
-    };
+    let spec = PolicySpec::flat(5, 2);
     let norm = Normalizers {
         state: Normalizer::MinMax {
             min: vec![0.0; 5],

@@ -1,0 +1,383 @@
+//! The joint multi-agent planner (docs/policy.md, "The joint planner"): a denoiser over the
+//! action chunks of all agents at once, one token per agent.
+//!
+//! ```text
+//! obs     = cond reshaped to [B, N agents, To, block]         (the normalised state history)
+//! agent_i = Linear([x_t of agent i (Tp x Da), own values of agent i (To x E)]) + Agent[i]
+//! ent_ij  = Mlp_g(record j of agent i's group g (To x width)) + Slot_g[j]
+//! c       = act(StepEmbedding(t))
+//! per block, with (shift, scale, gate) = Linear_zero(c) for each sub-layer (AdaLN-Zero):
+//!   agent_i += gate_1 * CrossAttention(norm(agent_i) * (1 + scale_1) + shift_1, ent_i*)
+//!   agent   += gate_2 * SelfAttention over the N agents (norm(agent) * (1 + scale_2) + shift_2)
+//!   agent   += gate_3 * Mlp(norm(agent) * (1 + scale_3) + shift_3)
+//! eps_i   = Linear(norm(agent_i) * (1 + scale_f) + shift_f)     -> Tp x Da, stacked per step
+//! ```
+//!
+//! `norm` is a layer norm without affine parameters. The modulation layers start at zero, so
+//! every block starts as the identity (Peebles and Xie's AdaLN-Zero). Each agent reads its own
+//! entity tokens (the lanes and vehicles of its agent-centric block, a map cross-attention in
+//! the sense of scene-conditioned planners) and the other agents through self-attention, which
+//! is what lets the planner coordinate them. Nothing here knows the task: the layout comes
+//! from the environment's observation space.
+
+use burn::module::{Initializer, Module, Param};
+use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use diffrl_core::space::EntityGroup;
+
+use crate::config::{Activation, DenoiserConfig};
+use crate::nn::{Mlp, StepEmbedding, activate};
+
+/// What the planner reads: how many agents share the state and action vectors, the history
+/// length, and the layout of each agent's block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentLayout {
+    /// Agents N.
+    pub agents: usize,
+    /// Observation horizon To.
+    pub obs_horizon: usize,
+    /// Width of one agent's block of a state observation.
+    pub block: usize,
+    /// Width of one agent's action.
+    pub action: usize,
+    /// Entity records inside each block.
+    pub entities: Vec<EntityGroup>,
+}
+
+impl AgentLayout {
+    /// Indices of a block's values outside every entity group: the agent's own state.
+    pub fn own_values(&self) -> Vec<usize> {
+        (0..self.block)
+            .filter(|&i| {
+                !self
+                    .entities
+                    .iter()
+                    .any(|g| (g.offset..g.end()).contains(&i))
+            })
+            .collect()
+    }
+}
+
+/// Encoder of one entity group: a shared MLP over each record's history, plus a learned
+/// embedding of the record's slot (left lane, own lane, nearest vehicle, ...).
+#[derive(Module, Debug)]
+struct EntityEncoder<B: Backend> {
+    mlp: Mlp<B>,
+    slots: Param<Tensor<B, 2>>,
+    #[module(skip)]
+    group: (usize, usize, usize),
+}
+
+/// One block: cross-attention to the entities, self-attention across agents, an MLP, each
+/// under its AdaLN-Zero modulation.
+#[derive(Module, Debug)]
+struct PlannerBlock<B: Backend> {
+    modulation: Linear<B>,
+    cross: Option<MultiHeadAttention<B>>,
+    mix: MultiHeadAttention<B>,
+    ff_in: Linear<B>,
+    ff_out: Linear<B>,
+}
+
+/// The joint planner's network (see the module documentation).
+#[derive(Module, Debug)]
+pub struct JointPlanner<B: Backend> {
+    step: StepEmbedding<B>,
+    input: Linear<B>,
+    agent_embedding: Param<Tensor<B, 2>>,
+    entities: Vec<EntityEncoder<B>>,
+    blocks: Vec<PlannerBlock<B>>,
+    final_modulation: Linear<B>,
+    output: Linear<B>,
+    #[module(skip)]
+    act: Activation,
+    /// [N, To, block, Da, d_model].
+    #[module(skip)]
+    dims: [usize; 5],
+    #[module(skip)]
+    own: Vec<usize>,
+}
+
+fn zero_linear<B: Backend>(i: usize, o: usize, device: &B::Device) -> Linear<B> {
+    LinearConfig::new(i, o)
+        .with_initializer(Initializer::Zeros)
+        .init(device)
+}
+
+fn embedding<B: Backend>(rows: usize, d: usize, device: &B::Device) -> Param<Tensor<B, 2>> {
+    Initializer::Normal {
+        mean: 0.0,
+        std: 0.02,
+    }
+    .init([rows, d], device)
+}
+
+fn attention<B: Backend>(d: usize, heads: usize, device: &B::Device) -> MultiHeadAttention<B> {
+    MultiHeadAttentionConfig::new(d, heads)
+        .with_dropout(0.0)
+        .init(device)
+}
+
+/// Layer norm over the last dimension without affine parameters.
+fn norm<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let (var, mean) = x.clone().var_mean_bias(2);
+    (x - mean) / (var + 1e-6).sqrt()
+}
+
+/// x * (1 + scale) + shift with [B, 1, d] modulations.
+fn modulate<B: Backend>(x: Tensor<B, 3>, shift: Tensor<B, 3>, scale: Tensor<B, 3>) -> Tensor<B, 3> {
+    x * (scale + 1.0) + shift
+}
+
+impl<B: Backend> JointPlanner<B> {
+    /// A planner for chunks of `pred_horizon` actions of the agents in `layout`.
+    pub fn new(
+        pred_horizon: usize,
+        layout: &AgentLayout,
+        cfg: &DenoiserConfig,
+        device: &B::Device,
+    ) -> Self {
+        let p = &cfg.planner;
+        let (d, to, e) = (p.d_model, layout.obs_horizon, cfg.step_embed_dim);
+        let own = layout.own_values();
+        let entities = layout
+            .entities
+            .iter()
+            .map(|g| EntityEncoder {
+                mlp: Mlp::new(&[to * g.width, d, d], cfg.activation, device),
+                slots: embedding(g.count, d, device),
+                group: (g.offset, g.width, g.count),
+            })
+            .collect::<Vec<_>>();
+        let has_entities = !entities.is_empty();
+        Self {
+            step: StepEmbedding::new(e, cfg.activation, device),
+            input: LinearConfig::new(pred_horizon * layout.action + to * own.len(), d).init(device),
+            agent_embedding: embedding(layout.agents, d, device),
+            entities,
+            blocks: (0..p.layers)
+                .map(|_| PlannerBlock {
+                    modulation: zero_linear(e, 9 * d, device),
+                    cross: has_entities.then(|| attention(d, p.heads, device)),
+                    mix: attention(d, p.heads, device),
+                    ff_in: LinearConfig::new(d, p.ff_dim).init(device),
+                    ff_out: LinearConfig::new(p.ff_dim, d).init(device),
+                })
+                .collect(),
+            final_modulation: zero_linear(e, 2 * d, device),
+            output: LinearConfig::new(d, pred_horizon * layout.action).init(device),
+            act: cfg.activation,
+            dims: [layout.agents, to, layout.block, layout.action, d],
+            own,
+        }
+    }
+
+    /// x: [B, Tp, N Da], t: [B], cond: [B, To N block] (the normalised state history, agents'
+    /// blocks stacked per observation) -> predicted noise [B, Tp, N Da].
+    pub fn forward(&self, x: Tensor<B, 3>, t: Tensor<B, 1>, cond: Tensor<B, 2>) -> Tensor<B, 3> {
+        let [n, to, block, da, d] = self.dims;
+        let [b, tp, _] = x.dims();
+        let device = x.device();
+        let obs = cond.reshape([b, to, n, block]).swap_dims(1, 2);
+        let own_index = Tensor::<B, 1, Int>::from_data(
+            TensorData::new(
+                self.own.iter().map(|&i| i as i64).collect::<Vec<_>>(),
+                [self.own.len()],
+            ),
+            &device,
+        );
+        let own = obs
+            .clone()
+            .select(3, own_index)
+            .reshape([b, n, to * self.own.len()]);
+        let chunk = x
+            .reshape([b, tp, n, da])
+            .swap_dims(1, 2)
+            .reshape([b, n, tp * da]);
+        let mut h = self.input.forward(Tensor::cat(vec![chunk, own], 2))
+            + self.agent_embedding.val().unsqueeze_dim::<3>(0);
+        let tokens = (!self.entities.is_empty()).then(|| {
+            let groups = self
+                .entities
+                .iter()
+                .map(|enc| {
+                    let (offset, width, count) = enc.group;
+                    let records = obs
+                        .clone()
+                        .narrow(3, offset, width * count)
+                        .reshape([b, n, to, count, width])
+                        .permute([0, 1, 3, 2, 4])
+                        .reshape([b * n * count, to * width]);
+                    enc.mlp.forward(records).reshape([b * n, count, d])
+                        + enc.slots.val().unsqueeze_dim::<3>(0)
+                })
+                .collect();
+            Tensor::cat(groups, 1)
+        });
+        let c = activate(self.act, self.step.forward(t));
+        for blk in &self.blocks {
+            let m = blk.modulation.forward(c.clone());
+            let part = |i: usize| m.clone().narrow(1, i * d, d).unsqueeze_dim::<3>(1);
+            if let (Some(cross), Some(tokens)) = (&blk.cross, &tokens) {
+                let q = modulate(norm(h.clone()), part(0), part(1)).reshape([b * n, 1, d]);
+                let ctx = cross
+                    .forward(MhaInput::new(q, tokens.clone(), tokens.clone()))
+                    .context
+                    .reshape([b, n, d]);
+                h = h + part(2) * ctx;
+            }
+            let a = modulate(norm(h.clone()), part(3), part(4));
+            h = h + part(5) * blk.mix.forward(MhaInput::self_attn(a)).context;
+            let f = modulate(norm(h.clone()), part(6), part(7));
+            h = h + part(8) * blk.ff_out.forward(activate(self.act, blk.ff_in.forward(f)));
+        }
+        let fm = self.final_modulation.forward(c);
+        let shift = fm.clone().narrow(1, 0, d).unsqueeze_dim::<3>(1);
+        let scale = fm.narrow(1, d, d).unsqueeze_dim::<3>(1);
+        self.output
+            .forward(modulate(norm(h), shift, scale))
+            .reshape([b, n, tp, da])
+            .swap_dims(1, 2)
+            .reshape([b, tp, n * da])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DenoiserKind, PlannerConfig};
+
+    type Cpu = crate::CpuBackend;
+
+    fn layout() -> AgentLayout {
+        AgentLayout {
+            agents: 3,
+            obs_horizon: 2,
+            block: 9,
+            action: 2,
+            entities: vec![EntityGroup::new("near", 3, 2, 2)],
+        }
+    }
+
+    fn cfg() -> DenoiserConfig {
+        DenoiserConfig {
+            kind: DenoiserKind::Joint,
+            step_embed_dim: 8,
+            planner: PlannerConfig {
+                d_model: 16,
+                heads: 2,
+                layers: 2,
+                ff_dim: 24,
+            },
+            ..DenoiserConfig::default()
+        }
+    }
+
+    fn data(n: usize, k: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i * 7 + k * 13) % 17) as f32 - 8.0) / 8.0)
+            .collect()
+    }
+
+    fn values(t: Tensor<Cpu, 3>) -> Vec<f32> {
+        t.into_data().convert::<f32>().into_vec().unwrap()
+    }
+
+    /// Takes a planner whose modulations are no longer zero (as after training), so that every
+    /// path through the blocks carries signal.
+    fn trained(mut p: JointPlanner<Cpu>) -> JointPlanner<Cpu> {
+        let device = Default::default();
+        let noise = |o: usize, i: usize| {
+            Tensor::<Cpu, 2>::from_data(TensorData::new(data(i * o, o), [i, o]), &device) * 0.3
+        };
+        for blk in &mut p.blocks {
+            let [i, o] = blk.modulation.weight.dims();
+            blk.modulation.weight = Param::from_tensor(noise(o, i));
+        }
+        let [i, o] = p.final_modulation.weight.dims();
+        p.final_modulation.weight = Param::from_tensor(noise(o, i));
+        p
+    }
+
+    /// The own values are those outside every group, and the shapes run through.
+    #[test]
+    fn reads_every_agent_and_returns_the_joint_chunk() {
+        let l = layout();
+        assert_eq!(l.own_values(), vec![0, 1, 2, 7, 8]);
+        let device = Default::default();
+        let p = JointPlanner::<Cpu>::new(4, &l, &cfg(), &device);
+        let (b, tp, n, da) = (2, 4, 3, 2);
+        let x = Tensor::<Cpu, 3>::from_data(
+            TensorData::new(data(b * tp * n * da, 0), [b, tp, n * da]),
+            &device,
+        );
+        let t = Tensor::<Cpu, 1>::from_data(TensorData::new(vec![1.0f32, 7.0], [b]), &device);
+        let cond = Tensor::<Cpu, 2>::from_data(
+            TensorData::new(data(b * 2 * n * 9, 1), [b, 2 * n * 9]),
+            &device,
+        );
+        let out = p.forward(x, t, cond);
+        assert_eq!(out.dims(), [b, tp, n * da]);
+        assert!(values(out).iter().all(|v| v.is_finite()));
+    }
+
+    /// Self-attention couples the agents: changing agent 2's observation changes agent 0's
+    /// predicted noise; the entity cross-attention reads the records: changing one record of
+    /// agent 0 changes agent 0's output.
+    #[test]
+    fn agents_see_each_other_and_their_entities() {
+        let device = Default::default();
+        let l = layout();
+        let p = trained(JointPlanner::<Cpu>::new(4, &l, &cfg(), &device));
+        let (tp, n, da) = (4, 3, 2);
+        let x = Tensor::<Cpu, 3>::from_data(
+            TensorData::new(data(tp * n * da, 0), [1, tp, n * da]),
+            &device,
+        );
+        let t = Tensor::<Cpu, 1>::from_data(TensorData::new(vec![3.0f32], [1]), &device);
+        let base = data(2 * n * 9, 2);
+        let run = |obs: &[f32]| {
+            let cond =
+                Tensor::<Cpu, 2>::from_data(TensorData::new(obs.to_vec(), [1, obs.len()]), &device);
+            values(p.forward(x.clone(), t.clone(), cond))
+        };
+        // Agent 0's noise in step 0 is values [0, 1]; agent 2's block of the last observation
+        // starts at 9 n + 18.
+        let agent0 = |v: &[f32]| [v[0], v[1], v[6], v[7]];
+        let reference = run(&base);
+        let mut other = base.clone();
+        other[9 * n + 18] += 1.0;
+        assert_ne!(agent0(&run(&other)), agent0(&reference));
+        let mut record = base.clone();
+        record[9 * n + 4] += 1.0; // agent 0, group "near", record 0, value 1
+        assert_ne!(agent0(&run(&record)), agent0(&reference));
+    }
+
+    /// AdaLN-Zero: at initialisation every block is the identity, so the output does not depend
+    /// on the other agents yet (only the first layers and the final projection act).
+    #[test]
+    fn blocks_start_as_the_identity() {
+        let device = Default::default();
+        let l = layout();
+        let p = JointPlanner::<Cpu>::new(4, &l, &cfg(), &device);
+        let (tp, n, da) = (4, 3, 2);
+        let x = Tensor::<Cpu, 3>::from_data(
+            TensorData::new(data(tp * n * da, 0), [1, tp, n * da]),
+            &device,
+        );
+        let t = Tensor::<Cpu, 1>::from_data(TensorData::new(vec![3.0f32], [1]), &device);
+        let base = data(2 * n * 9, 2);
+        let run = |obs: &[f32]| {
+            let cond =
+                Tensor::<Cpu, 2>::from_data(TensorData::new(obs.to_vec(), [1, obs.len()]), &device);
+            values(p.forward(x.clone(), t.clone(), cond))
+        };
+        let mut other = base.clone();
+        other[9 * n + 18] += 1.0;
+        let (a, b) = (run(&base), run(&other));
+        assert_eq!(a[..2], b[..2]);
+        assert_ne!(a[4..], b[4..]);
+    }
+}
