@@ -69,6 +69,10 @@ pub struct GrpoConfig {
     pub epochs: usize,
     /// (environment step, denoising step) pairs per minibatch.
     pub minibatch: usize,
+    /// Threads sharing each minibatch's gradient (data-parallel shards averaged in a fixed
+    /// order, as `[pretrain].threads`): the same seed and thread count give the same bits, and
+    /// another count the same update up to rounding. 1 on a GPU.
+    pub threads: usize,
     /// Actor learning rate (AdamW, constant).
     pub lr: f64,
     /// AdamW decoupled weight decay.
@@ -121,6 +125,7 @@ impl Default for GrpoConfig {
             min_logprob_std: 0.03,
             epochs: 4,
             minibatch: 2048,
+            threads: 2,
             lr: 3e-5,
             weight_decay: 0.0,
             clip_low: 0.01,
@@ -163,6 +168,11 @@ impl Validate for GrpoConfig {
             "must be > 0",
         )?;
         ensure(self.minibatch >= 1, "minibatch", "must be >= 1")?;
+        ensure(
+            (1..=256).contains(&self.threads),
+            "threads",
+            "must be in 1..=256",
+        )?;
         ensure(self.lr > 0.0 && self.lr.is_finite(), "lr", "must be > 0")?;
         ensure(self.weight_decay >= 0.0, "weight_decay", "must be >= 0")?;
         ensure(

@@ -72,14 +72,41 @@ where
     M: AutodiffModule<B> + Send + Sync,
     F: Fn(usize, std::ops::Range<usize>, &M) -> Result<Tensor<B, 1>, LearnError> + Sync,
 {
+    let (grads, value, _) = sharded_grads_with(model, batch, shards, |i, rows, m| {
+        Ok((loss(i, rows, m)?, ()))
+    })?;
+    Ok((grads, value))
+}
+
+/// [`sharded_grads`] for a loss that also reports something of its shard (statistics such as
+/// clip fractions): `loss` returns (mean loss, extra), and the extras come back in shard order
+/// beside each shard's row range.
+#[allow(clippy::type_complexity)]
+pub fn sharded_grads_with<B, M, T, F>(
+    model: &M,
+    batch: usize,
+    shards: usize,
+    loss: F,
+) -> Result<(GradientsParams, f64, Vec<(std::ops::Range<usize>, T)>), LearnError>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + Send + Sync,
+    T: Send,
+    F: Fn(usize, std::ops::Range<usize>, &M) -> Result<(Tensor<B, 1>, T), LearnError> + Sync,
+{
     let ranges = shard_ranges(batch, shards);
     if ranges.len() == 1 {
-        let l = loss(0, ranges[0].clone(), model)?;
+        let (l, extra) = loss(0, ranges[0].clone(), model)?;
         let v = l.clone().into_scalar().elem::<f64>();
-        return Ok((GradientsParams::from_grads(l.backward(), model), v));
+        return Ok((
+            GradientsParams::from_grads(l.backward(), model),
+            v,
+            vec![(ranges[0].clone(), extra)],
+        ));
     }
     let device = model.devices().pop().unwrap_or_default();
-    let results: Vec<Result<(GradientsParams, f64), LearnError>> = std::thread::scope(|s| {
+    type Shard = (GradientsParams, f64);
+    let results: Vec<Result<(Shard, T), LearnError>> = std::thread::scope(|s| {
         let handles: Vec<_> = ranges
             .iter()
             .enumerate()
@@ -87,9 +114,9 @@ where
                 let fork = model.clone().fork(&device);
                 let (loss, range) = (&loss, range.clone());
                 s.spawn(move || {
-                    let l = loss(i, range, &fork)?;
+                    let (l, extra) = loss(i, range, &fork)?;
                     let v = l.clone().into_scalar().elem::<f64>();
-                    Ok((GradientsParams::from_grads(l.backward(), &fork), v))
+                    Ok(((GradientsParams::from_grads(l.backward(), &fork), v), extra))
                 })
             })
             .collect();
@@ -105,15 +132,17 @@ where
             .collect()
     });
     let mut parts = Vec::with_capacity(results.len());
+    let mut extras = Vec::with_capacity(results.len());
     let mut value = 0.0;
     let weights: Vec<f32> = ranges
         .iter()
         .map(|r| r.len() as f32 / batch as f32)
         .collect();
-    for (r, w) in results.into_iter().zip(&weights) {
-        let (g, v) = r?;
+    for ((r, w), range) in results.into_iter().zip(&weights).zip(&ranges) {
+        let ((g, v), extra) = r?;
         value += f64::from(*w) * v;
         parts.push(g);
+        extras.push((range.clone(), extra));
     }
     let mut avg = Average {
         parts: &mut parts,
@@ -121,7 +150,7 @@ where
         out: GradientsParams::new(),
     };
     model.visit(&mut avg);
-    Ok((avg.out, value))
+    Ok((avg.out, value, extras))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use rand::seq::SliceRandom;
 use crate::LearnError;
 use crate::finetune::GrpoConfig;
 use crate::optim::clip_grad_norm;
+use crate::parallel::sharded_grads_with;
 use crate::rollout::GroupRollout;
 use crate::session::Session;
 
@@ -87,13 +88,11 @@ pub(crate) fn policy_epoch<B: AutodiffBackend>(
     let mut epoch_kl = (0.0, 0usize);
     for idx in order.chunks(cfg.minibatch) {
         let chunk: Vec<Pair> = idx.iter().map(|&i| pairs[i]).collect();
-        let mb = Minibatch::gather(kept, &chunk, &run.policy, &run.device)?;
-        let (loss, m) = surrogate(&run.policy, &mb, cfg)?;
+        let (mut grads, m) = minibatch_grads(run, kept, &chunk)?;
         if !m.loss.is_finite() {
             skip_non_finite(run, acc, m.loss)?;
             continue;
         }
-        let mut grads = GradientsParams::from_grads(loss.backward(), &run.policy.model);
         let gn = clip_grad_norm(&run.policy.model, &mut grads, cfg.grad_clip);
         if !gn.is_finite() {
             skip_non_finite(run, acc, gn)?;
@@ -105,6 +104,51 @@ pub(crate) fn policy_epoch<B: AutodiffBackend>(
         epoch_kl.1 += m.n;
     }
     Ok(epoch_kl)
+}
+
+/// The surrogate's gradient over one minibatch and its statistics. With `[grpo] threads` > 1
+/// the minibatch is cut into that many shards, each computed on its own thread and fork of the
+/// model ([`sharded_grads_with`]); the gradient is the pair-weighted mean of the shards' and
+/// the statistics are merged as if computed over the whole minibatch. The surrogate draws no
+/// random numbers, so any thread count computes the same quantity; a given count gives the
+/// same bits every time.
+fn minibatch_grads<B: AutodiffBackend>(
+    run: &Session<'_, B>,
+    kept: &[GroupRollout],
+    chunk: &[Pair],
+) -> Result<(GradientsParams, SurrogateStats), LearnError> {
+    let (policy, device, cfg) = (&run.policy, &run.device, run.cfg);
+    let (grads, _, shards) =
+        sharded_grads_with(&policy.model, chunk.len(), cfg.threads, |_, rows, model| {
+            let shard = policy.with_model(model.clone());
+            let mb = Minibatch::gather(kept, &chunk[rows], &shard, device)?;
+            surrogate(&shard, &mb, cfg)
+        })?;
+    let mut m = SurrogateStats {
+        ratio: [f64::INFINITY, f64::NEG_INFINITY],
+        logp: [f64::INFINITY, f64::NEG_INFINITY],
+        ..Default::default()
+    };
+    for (_, s) in &shards {
+        let w = s.n as f64;
+        m.n += s.n;
+        m.loss += s.loss * w;
+        m.clip_frac += s.clip_frac * w;
+        m.approx_kl += s.approx_kl * w;
+        m.ref_kl += s.ref_kl * w;
+        m.ratio = [m.ratio[0].min(s.ratio[0]), m.ratio[1].max(s.ratio[1])];
+        m.logp = [m.logp[0].min(s.logp[0]), m.logp[1].max(s.logp[1])];
+    }
+    let n = m.n.max(1) as f64;
+    m.loss /= n;
+    m.clip_frac /= n;
+    m.approx_kl /= n;
+    m.ref_kl /= n;
+    if let [(_, only)] = shards.as_slice() {
+        // One shard: its own statistics, bit for bit.
+        m = *only;
+    }
+    Ok((grads, m))
 }
 
 /// Counts a skipped minibatch; an error once more than `max_nan_updates` were skipped in the run.

@@ -426,6 +426,63 @@ fn zero_advantages_leave_the_parameters_unchanged() {
     );
 }
 
+/// `[grpo] threads`: the update's minibatches cut into shards on threads compute the same
+/// update as one thread (up to rounding: the surrogate draws no random numbers), with the same
+/// statistics, and a given thread count repeats bit for bit.
+#[test]
+fn sharded_updates_equal_the_single_thread_update() {
+    let d = tempfile::tempdir().unwrap();
+    let pre = pretrained(&d.path().join("bc"));
+    let run = |threads: usize, name: &str| {
+        let cfg = GrpoConfig {
+            iterations: 1,
+            threads,
+            ..toy_grpo()
+        };
+        let mut logs = Collect(Vec::new());
+        let out = fine_tune(
+            &pre,
+            &cfg,
+            Algorithm::Grpo,
+            true,
+            &d.path().join(name),
+            false,
+            &mut logs,
+        )
+        .unwrap();
+        (flat(&out.policy.model), logs.0.remove(0))
+    };
+    let (one, l1) = run(1, "t1");
+    let (two, l2) = run(2, "t2");
+    let (three, l3) = run(3, "t3");
+    let (two_again, _) = run(2, "t2b");
+    assert!(two == two_again, "2 threads did not repeat bit for bit");
+    let moved = one
+        .iter()
+        .zip(&flat(&pre.model))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(moved > 1e-4, "the update moved nothing ({moved})");
+    for (other, l) in [(&two, &l2), (&three, &l3)] {
+        let diff = one
+            .iter()
+            .zip(other)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            diff < 1e-3 * moved,
+            "weights differ by {diff} (update {moved})"
+        );
+        assert!(
+            (l.approx_kl - l1.approx_kl).abs() <= 1e-3 * l1.approx_kl,
+            "{l:?} vs {l1:?}"
+        );
+        assert!((l.clip_frac - l1.clip_frac).abs() < 1e-3, "{l:?} vs {l1:?}");
+        assert!((l.ratio_min - l1.ratio_min).abs() < 1e-5, "{l:?} vs {l1:?}");
+        assert!((l.logp_max - l1.logp_max).abs() < 1e-4, "{l:?} vs {l1:?}");
+    }
+}
+
 struct StopAt {
     calls: Cell<usize>,
     at: usize,
