@@ -323,6 +323,21 @@ mod tests {
         assert!(values(out).iter().all(|v| v.is_finite()));
     }
 
+    /// The agents' predicted noise for one fixed noisy chunk at step 3, given an observation
+    /// vector of 2 steps x 3 agents x 9 values.
+    fn predict(p: &JointPlanner<Cpu>, obs: &[f32]) -> Vec<f32> {
+        let device = Default::default();
+        let (tp, n, da) = (4, 3, 2);
+        let x = Tensor::<Cpu, 3>::from_data(
+            TensorData::new(data(tp * n * da, 0), [1, tp, n * da]),
+            &device,
+        );
+        let t = Tensor::<Cpu, 1>::from_data(TensorData::new(vec![3.0f32], [1]), &device);
+        let cond =
+            Tensor::<Cpu, 2>::from_data(TensorData::new(obs.to_vec(), [1, obs.len()]), &device);
+        values(p.forward(x, t, cond))
+    }
+
     /// Self-attention couples the agents: changing agent 2's observation changes agent 0's
     /// predicted noise; the entity cross-attention reads the records: changing one record of
     /// agent 0 changes agent 0's output.
@@ -331,18 +346,9 @@ mod tests {
         let device = Default::default();
         let l = layout();
         let p = trained(JointPlanner::<Cpu>::new(4, &l, &cfg(), &device));
-        let (tp, n, da) = (4, 3, 2);
-        let x = Tensor::<Cpu, 3>::from_data(
-            TensorData::new(data(tp * n * da, 0), [1, tp, n * da]),
-            &device,
-        );
-        let t = Tensor::<Cpu, 1>::from_data(TensorData::new(vec![3.0f32], [1]), &device);
+        let n = 3;
         let base = data(2 * n * 9, 2);
-        let run = |obs: &[f32]| {
-            let cond =
-                Tensor::<Cpu, 2>::from_data(TensorData::new(obs.to_vec(), [1, obs.len()]), &device);
-            values(p.forward(x.clone(), t.clone(), cond))
-        };
+        let run = |obs: &[f32]| predict(&p, obs);
         // Agent 0's noise in step 0 is values [0, 1]; agent 2's block of the last observation
         // starts at 9 n + 18.
         let agent0 = |v: &[f32]| [v[0], v[1], v[6], v[7]];
@@ -362,18 +368,9 @@ mod tests {
         let device = Default::default();
         let l = layout();
         let p = JointPlanner::<Cpu>::new(4, &l, &cfg(), &device);
-        let (tp, n, da) = (4, 3, 2);
-        let x = Tensor::<Cpu, 3>::from_data(
-            TensorData::new(data(tp * n * da, 0), [1, tp, n * da]),
-            &device,
-        );
-        let t = Tensor::<Cpu, 1>::from_data(TensorData::new(vec![3.0f32], [1]), &device);
+        let n = 3;
         let base = data(2 * n * 9, 2);
-        let run = |obs: &[f32]| {
-            let cond =
-                Tensor::<Cpu, 2>::from_data(TensorData::new(obs.to_vec(), [1, obs.len()]), &device);
-            values(p.forward(x.clone(), t.clone(), cond))
-        };
+        let run = |obs: &[f32]| predict(&p, obs);
         let mut other = base.clone();
         other[9 * n + 18] += 1.0;
         let (a, b) = (run(&base), run(&other));
