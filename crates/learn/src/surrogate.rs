@@ -124,6 +124,10 @@ fn minibatch_grads<B: AutodiffBackend>(
             let mb = Minibatch::gather(kept, &chunk[rows], &shard, device)?;
             surrogate(&shard, &mb, cfg)
         })?;
+    if let [(_, only)] = shards.as_slice() {
+        // One shard: its own statistics, bit for bit.
+        return Ok((grads, *only));
+    }
     let mut m = SurrogateStats {
         ratio: [f64::INFINITY, f64::NEG_INFINITY],
         logp: [f64::INFINITY, f64::NEG_INFINITY],
@@ -144,10 +148,6 @@ fn minibatch_grads<B: AutodiffBackend>(
     m.clip_frac /= n;
     m.approx_kl /= n;
     m.ref_kl /= n;
-    if let [(_, only)] = shards.as_slice() {
-        // One shard: its own statistics, bit for bit.
-        m = *only;
-    }
     Ok((grads, m))
 }
 
