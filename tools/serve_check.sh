@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks `diffrl serve` against the real openpi client (PyPI openpi-client 0.1.2, pinned in
 # tools/requirements-serve.txt, installed into a cached venv): trains a tiny checkpoint on the
-# shipped dataset (seconds), then runs tools/serve_check.py. Called by tools/test.sh.
+# shipped dataset (seconds), then runs tools/serve_check.py; then a tiny joint planner on
+# highway-merge (a multi-agent policy) through tools/serve_check_planner.py. Called by
+# tools/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/target_dir.sh
@@ -38,3 +40,39 @@ TOML
 "$bin" pretrain --config "$tmp/tiny.toml" --dataset assets/pusht_expert_200 --out "$tmp/bc" \
   --eval-episodes 0 > /dev/null
 "$PY" tools/serve_check.py "$bin" "$tmp/bc/policy"
+
+# A multi-agent policy through the same client: a tiny joint planner on highway-merge.
+cat > "$tmp/planner.toml" <<TOML
+task = "highway-merge"
+[run]
+name = "serve-check-planner"
+runs_dir = "$tmp/runs"
+threads = 1
+[policy]
+pred_horizon = 4
+action_horizon = 2
+[policy.denoiser]
+kind = "joint"
+[policy.denoiser.planner]
+d_model = 8
+heads = 2
+layers = 1
+ff_dim = 8
+[policy.diffusion]
+train_steps = 8
+denoising_steps = 4
+[pretrain]
+steps = 20
+batch_size = 16
+warmup_steps = 2
+log_every = 10
+eval_every = 0
+checkpoint_every = 20
+TOML
+"$bin" demos highway-merge --config "$tmp/planner.toml" --episodes 3 --out "$tmp/drive-demos" > /dev/null
+"$bin" pretrain --config "$tmp/planner.toml" --dataset "$tmp/drive-demos" --out "$tmp/planner" \
+  --eval-episodes 0 > /dev/null
+echo '[]' > "$tmp/none.json"
+"$bin" sim highway-merge --config "$tmp/planner.toml" --seed 0 --actions "$tmp/none.json" --json \
+  | head -n 1 > "$tmp/obs.json"
+"$PY" tools/serve_check_planner.py "$bin" "$tmp/planner/policy" "$tmp/obs.json"

@@ -8,6 +8,8 @@
 //! 2-D coordinates are the sim's own plane frame; `y_down` says which way its y axis points so a
 //! viewer can show it upright. 3-D coordinates are the sim's world frame, z up, in metres.
 
+use std::sync::Arc;
+
 use crate::space::ImageObs;
 
 /// An RGBA colour, 8 bits per channel.
@@ -189,6 +191,45 @@ pub struct Scene {
     pub tool: Option<[f32; 3]>,
     /// How actions draw in the 3-D world (None: they do not).
     pub actions_3d: Option<ActionPoints3d>,
+    /// Where a chunk of actions would take the task's agents in the 2-D frame, when actions
+    /// are not points (None: they draw from their first two components, or not at all).
+    pub action_paths: Option<ActionPaths2d>,
+}
+
+/// Paths in a 2-D scene's frame of a chunk of actions, one per agent, for a task whose actions
+/// are commands rather than points: the simulator predicts where its agents would go under
+/// them (a vehicle's accelerations and steering through its motion model, other bodies held
+/// still), starting from the state the scene shows. The viewer draws action chunks and
+/// denoising chains with it.
+#[derive(Clone)]
+pub struct ActionPaths2d(Arc<PathsFn>);
+
+type PathsFn = dyn Fn(&[f32]) -> Vec<Vec<[f32; 2]>> + Send + Sync;
+
+impl ActionPaths2d {
+    /// Paths of `f`: it maps a chunk (rows of the action space's length, row-major) to one
+    /// path per agent.
+    pub fn new(f: impl Fn(&[f32]) -> Vec<Vec<[f32; 2]>> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// One path per agent of the chunk `actions`.
+    pub fn paths(&self, actions: &[f32]) -> Vec<Vec<[f32; 2]>> {
+        (self.0)(actions)
+    }
+}
+
+impl std::fmt::Debug for ActionPaths2d {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ActionPaths2d(..)")
+    }
+}
+
+/// Two path maps are equal when they are the same closure (one scene's clone).
+impl PartialEq for ActionPaths2d {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// How the actions of a 3-D task map to points of its world, so action chunks and denoising

@@ -84,6 +84,32 @@ impl<B: Backend> PolicyRunner<B> {
                 ),
                 ("chain_steps".into(), Value::from(policy.chain_len())),
                 (
+                    "denoiser".into(),
+                    Value::from(format!("{:?}", policy.config.denoiser.kind).to_lowercase()),
+                ),
+                // Multi-agent policies: `observation.state` stacks one block of
+                // state_dim / agents values per agent, and an action one of action_dim /
+                // agents values per agent, in agent order.
+                ("agents".into(), Value::from(policy.spec.agents)),
+                (
+                    "entities".into(),
+                    Value::Array(
+                        policy
+                            .spec
+                            .entities
+                            .iter()
+                            .map(|g| {
+                                Value::Map(vec![
+                                    ("name".into(), Value::from(g.name.as_str())),
+                                    ("offset".into(), Value::from(g.offset)),
+                                    ("width".into(), Value::from(g.width)),
+                                    ("count".into(), Value::from(g.count)),
+                                ])
+                            })
+                            .collect(),
+                    ),
+                ),
+                (
                     "sampling".into(),
                     Value::from(match mode {
                         SampleMode::Deterministic => "deterministic",

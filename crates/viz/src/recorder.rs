@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use diffrl_core::record::{EpisodeEnd, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic};
-use diffrl_core::scene::{ActionPoints3d, Body, Rgba, Scene, Shape2d, Shape3d};
+use diffrl_core::scene::{ActionPaths2d, ActionPoints3d, Body, Rgba, Scene, Shape2d, Shape3d};
 use rerun::{
     BarChart, Boxes2D, Boxes3D, Capsules3D, Color, Cylinders3D, Ellipsoids3D, Image, LineStrips2D,
     LineStrips3D, MediaType, Points2D, Quaternion, RecordingStream, RecordingStreamBuilder,
@@ -83,6 +83,8 @@ struct State {
     solid: bool,
     /// How the last scene's actions map to 3-D points.
     actions_3d: Option<ActionPoints3d>,
+    /// How the last scene's actions map to paths of its agents in 2-D.
+    action_paths: Option<ActionPaths2d>,
     /// The tool's path through the current episode.
     tool_path: Vec<[f32; 3]>,
 }
@@ -244,6 +246,7 @@ impl RerunRecorder {
                 bodies: HashMap::new(),
                 solid: false,
                 actions_3d: None,
+                action_paths: None,
                 tool_path: Vec::new(),
             }),
             kind,
@@ -629,6 +632,7 @@ impl Recorder for RerunRecorder {
             self.check("sending the 3-D layout", r);
         }
         st.actions_3d = scene.actions_3d;
+        st.action_paths.clone_from(&scene.action_paths);
         if let Some(p) = scene.tool
             && st.tool_path.last() != Some(&p)
         {
@@ -677,48 +681,71 @@ impl Recorder for RerunRecorder {
             self.chain_logp(&mut st, call);
             return;
         }
-        // Actions draw as points from their first two components (1-D actions: index, value).
-        let points = |rows: &[f32]| -> Vec<[f32; 2]> {
-            rows.chunks(da)
-                .enumerate()
-                .map(|(i, a)| {
-                    frame.map(if da >= 2 {
-                        [a[0], a[1]]
-                    } else {
-                        [i as f32, a[0]]
+        // Actions draw as the paths the scene predicts for its agents, else as points from
+        // their first two components (1-D actions: index, value): one strip per agent.
+        let paths = st.action_paths.clone();
+        let strips_of = |rows: &[f32]| -> Vec<Vec<[f32; 2]>> {
+            if let Some(paths) = &paths {
+                return paths
+                    .paths(rows)
+                    .into_iter()
+                    .map(|p| p.into_iter().map(|q| frame.map(q)).collect())
+                    .collect();
+            }
+            vec![
+                rows.chunks(da)
+                    .enumerate()
+                    .map(|(i, a)| {
+                        frame.map(if da >= 2 {
+                            [a[0], a[1]]
+                        } else {
+                            [i as f32, a[0]]
+                        })
                     })
-                })
-                .collect()
+                    .collect(),
+            ]
         };
-        let predicted = points(call.predicted);
-        let executed: Vec<[f32; 2]> = predicted.iter().take(call.executed).copied().collect();
-        self.check(
-            "logging actions",
-            self.rec.log(
+        let executed_len = (call.executed * da).min(call.predicted.len());
+        for (path, rows, color, radius) in [
+            (
                 paths::ACTIONS_PREDICTED,
-                &LineStrips2D::new([predicted])
-                    .with_colors([Color::from_unmultiplied_rgba(255, 165, 0, 255)])
-                    .with_radii([1.5f32]),
+                call.predicted,
+                Color::from_unmultiplied_rgba(255, 165, 0, 255),
+                1.5f32,
             ),
-        );
-        self.check(
-            "logging actions",
-            self.rec.log(
+            (
                 paths::ACTIONS_EXECUTED,
-                &LineStrips2D::new([executed])
-                    .with_colors([Color::from_unmultiplied_rgba(220, 20, 60, 255)])
-                    .with_radii([3.0f32]),
+                &call.predicted[..executed_len],
+                Color::from_unmultiplied_rgba(220, 20, 60, 255),
+                3.0,
             ),
-        );
+        ] {
+            let strips = strips_of(rows);
+            let n = strips.len();
+            self.check(
+                "logging actions",
+                self.rec.log(
+                    path,
+                    &LineStrips2D::new(strips)
+                        .with_colors(vec![color; n])
+                        .with_radii(vec![radius; n]),
+                ),
+            );
+        }
         let per = call.predicted.len();
         if per == 0 || call.chain.is_empty() {
             return;
         }
         let k = call.chain.len() / per - 1;
-        // Row i of the chain is x_{K - i}.
-        let strips: Vec<Vec<[f32; 2]>> = call.chain.chunks(per).map(points).collect();
-        let colors: Vec<Color> = (0..=k).map(|i| chain_color(k - i, k)).collect();
-        let radii: Vec<f32> = (0..=k).map(|i| if i == k { 2.0 } else { 0.75 }).collect();
+        // Row i of the chain is x_{K - i}; each row draws as one strip per agent.
+        let (mut strips, mut colors, mut radii) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, row) in call.chain.chunks(per).enumerate() {
+            for strip in strips_of(row) {
+                strips.push(strip);
+                colors.push(chain_color(k - i, k));
+                radii.push(if i == k { 2.0f32 } else { 0.75 });
+            }
+        }
         self.check(
             "logging the denoising chain",
             self.rec.log(
@@ -969,5 +996,47 @@ mod tests {
         assert_eq!(s3.rows("/chain/x"), 0);
         assert_eq!(s2.rows("/chain/x"), 3);
         assert_eq!(s2.rows("/scene3d/tool_path"), 0);
+    }
+
+    /// A scene whose actions are commands draws each chunk, its executed part and every row
+    /// of the chain through the scene's path map, one strip per agent.
+    #[test]
+    fn action_paths_draw_chunks_and_chains_through_the_scene() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicUsize;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let lengths = Arc::new(Mutex::new(Vec::new()));
+        let mut scene = Scene::new([[0.0, 0.0], [10.0, 10.0]], true);
+        let (c, l) = (Arc::clone(&calls), Arc::clone(&lengths));
+        scene.action_paths = Some(ActionPaths2d::new(move |rows: &[f32]| {
+            c.fetch_add(1, Ordering::SeqCst);
+            l.lock().unwrap().push(rows.len());
+            let path = |dy: f32| rows.chunks(2).map(|a| [a[0], a[1] + dy]).collect();
+            vec![path(0.0), path(1.0)]
+        }));
+        let chunk = [1.0, 0.0, 2.0, 0.5, 3.0, 1.0];
+        let chain = [chunk, [0.0; 6], chunk].concat();
+        let (rec, storage) = RerunRecorder::memory().unwrap();
+        rec.set_time(Timeline::EnvStep, 0);
+        rec.scene(&scene);
+        rec.policy_call(&PolicyCall {
+            action_dim: 2,
+            predicted: &chunk,
+            executed: 2,
+            chain: &chain,
+            logp: &[-1.0, -2.0],
+        });
+        drop(rec);
+        // The chunk, its executed two actions, then the chain's three rows.
+        assert_eq!(calls.load(Ordering::SeqCst), 5);
+        assert_eq!(*lengths.lock().unwrap(), [6, 4, 6, 6, 6]);
+        let s = RecordingSummary::from_messages(&storage.take()).unwrap();
+        for path in [
+            "/scene/actions/predicted",
+            "/scene/actions/executed",
+            "/chain/x",
+        ] {
+            assert_eq!(s.rows(path), 1, "{path}");
+        }
     }
 }

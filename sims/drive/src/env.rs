@@ -20,12 +20,15 @@
 //!   `collision_traffic` (the collision was between two agents / with a background vehicle),
 //!   `progress` (the score), `speed`
 //!   (agents' mean speed over the control steps, m/s) and `jerk` (mean |change of commanded
-//!   acceleration| per second, m/s^3).
+//!   acceleration| per second, m/s^3); with `expert_reference`, `ade` and `fde` (m: distance
+//!   to the expert's drive of the same scene, [`Drive::expert_displacement`]).
+//! - Background drivers may react late: `[env.randomize] reaction_delay` delays each one's
+//!   acceleration commands ([`Traffic::react`]).
 
 use diffrl_core::EnvError;
 use diffrl_core::config::{Invalid, Validate, ensure, ensure_range};
 use diffrl_core::env::{Env, Info, StepResult};
-use diffrl_core::scene::{Scene2d, Shape2d};
+use diffrl_core::scene::{ActionPaths2d, Scene2d, Shape2d};
 use diffrl_core::seeding::{self, Rng};
 use diffrl_core::space::{BoxSpace, EntityGroup, Observation, ObservationSpace};
 use rand::Rng as _;
@@ -66,6 +69,9 @@ pub struct DriveRandomization {
     pub density: [f64; 2],
     /// Standard deviation of Gaussian noise on every observed value (0 = none).
     pub obs_noise: f64,
+    /// Background drivers' reaction time range (s): each draws one, and its acceleration
+    /// commands take effect that much later (rounded to physics steps). [0, 0]: none.
+    pub reaction_delay: [f64; 2],
 }
 
 impl Default for DriveRandomization {
@@ -76,6 +82,7 @@ impl Default for DriveRandomization {
             delta: [4.0, 4.0],
             density: [1.0, 1.0],
             obs_noise: 0.0,
+            reaction_delay: [0.0, 0.0],
         }
     }
 }
@@ -86,6 +93,7 @@ impl Validate for DriveRandomization {
         ensure_range(self.time_wanted, "time_wanted", 0.1, 10.0)?;
         ensure_range(self.delta, "delta", 1.0, 10.0)?;
         ensure_range(self.density, "density", 0.0, 3.0)?;
+        ensure_range(self.reaction_delay, "reaction_delay", 0.0, 2.0)?;
         ensure(
             self.obs_noise.is_finite() && self.obs_noise >= 0.0,
             "obs_noise",
@@ -163,6 +171,11 @@ pub struct DriveConfig {
     pub randomize: DriveRandomization,
     /// Weights of the step reward.
     pub reward: DriveReward,
+    /// Report `ade` and `fde` at each episode's end: the agents' mean and final distance to
+    /// where the expert (default `[expert]` settings) drove them in the same scene. Costs one
+    /// expert episode per episode (about 0.1 ms per step on one core), so it is off by
+    /// default and on in the shipped configs.
+    pub expert_reference: bool,
 }
 
 impl Default for DriveConfig {
@@ -177,6 +190,7 @@ impl Default for DriveConfig {
             neighbours: 6,
             randomize: DriveRandomization::default(),
             reward: DriveReward::default(),
+            expert_reference: false,
         }
     }
 }
@@ -307,6 +321,11 @@ struct Episode {
     collided_agents: bool,
     collided_traffic: bool,
     left_road: bool,
+    /// The traffic at the episode's start, for the expert's reference drive (None when
+    /// `expert_reference` is off).
+    initial: Option<Arc<Traffic>>,
+    /// Agents' positions after each control step (agent-major within a step), for ADE/FDE.
+    trace: Vec<[f64; 2]>,
 }
 
 impl Episode {
@@ -325,6 +344,19 @@ impl Episode {
             collided_agents: false,
             collided_traffic: false,
             left_road: false,
+            initial: None,
+            trace: Vec::new(),
+        }
+    }
+
+    /// A fresh episode of the agents `agents` (vehicle indices) starting at `start_x`.
+    fn start(agents: Vec<usize>, start_x: Vec<f64>) -> Self {
+        Self {
+            start_x,
+            arrived: vec![false; agents.len()],
+            last_acceleration: vec![None; agents.len()],
+            agents,
+            ..Self::empty()
         }
     }
 }
@@ -419,6 +451,7 @@ impl Drive {
                 range[0]
             }
         };
+        let sim_hz = f64::from(self.config.sim_hz);
         let ramp = road.lane_named("ramp").expect("the merge road has a ramp");
         let outer = self.layout.lanes - 1;
         let inner = outer.saturating_sub(1);
@@ -475,6 +508,7 @@ impl Drive {
             let mut v = Vehicle::new(road, state, draw(rng, r.target_speed), Driver::Idm);
             v.idm.time_wanted = draw(rng, r.time_wanted);
             v.idm.delta = draw(rng, r.delta);
+            v.reaction_delay = (draw(rng, r.reaction_delay) * sim_hz).round() as usize;
             vehicles.push(v);
         };
         if density > 0.0 {
@@ -492,14 +526,12 @@ impl Drive {
                 background(rng, on(ramp, s, speed), &mut vehicles);
             }
         }
-        self.episode = Episode {
-            start_x: agents.iter().map(|&i| vehicles[i].state.x).collect(),
-            arrived: vec![false; agents.len()],
-            last_acceleration: vec![None; agents.len()],
-            agents,
-            ..Episode::empty()
-        };
+        let start_x = agents.iter().map(|&i| vehicles[i].state.x).collect();
+        self.episode = Episode::start(agents, start_x);
         self.traffic = Traffic { vehicles };
+        if self.config.expert_reference {
+            self.episode.initial = Some(Arc::new(self.traffic.clone()));
+        }
     }
 
     fn progress(&self, agent: usize) -> f64 {
@@ -624,6 +656,94 @@ impl Drive {
         Observation::state(state)
     }
 
+    /// ADE and FDE (m) of this episode against the expert's drive of the same scene (Waymax's
+    /// displacement metrics with the expert's trajectories as the log): the distance between
+    /// each agent's position and the expert's after each control step, averaged over agents
+    /// and over the steps both episodes lasted (ADE), and at the last of those steps (FDE).
+    /// The expert drives the episode's initial traffic again, background drivers included, so
+    /// the two scenes part where the agents drive differently. None when the reference is off
+    /// or no step was taken.
+    pub fn expert_displacement(&self) -> Option<(f64, f64)> {
+        use diffrl_core::task::Expert as _;
+        let initial = self.episode.initial.as_ref()?;
+        let n = self.config.agents;
+        let steps = self.episode.trace.len() / n;
+        if steps == 0 {
+            return None;
+        }
+        let mut config = self.config.clone();
+        config.expert_reference = false;
+        config.randomize.obs_noise = 0.0;
+        let mut sim = Drive {
+            config,
+            actions: self.actions.clone(),
+            road: Arc::clone(&self.road),
+            layout: self.layout,
+            traffic: (**initial).clone(),
+            episode: Episode::start(self.episode.agents.clone(), self.episode.start_x.clone()),
+            rng: seeding::rng(0),
+        };
+        let mut expert = crate::task::DriveExpert::new(crate::task::DriveExpertConfig::default());
+        let (mut sum, mut last, mut t) = (0.0, 0.0, 0);
+        while t < steps {
+            let action = expert.act(&sim);
+            let r = sim.step(&action).ok()?;
+            let ours = &self.episode.trace[t * n..(t + 1) * n];
+            last = (0..n)
+                .map(|a| {
+                    let p = sim.traffic.vehicles[sim.episode.agents[a]].position();
+                    (p[0] - ours[a][0]).hypot(p[1] - ours[a][1])
+                })
+                .sum::<f64>()
+                / n as f64;
+            sum += last;
+            t += 1;
+            if r.terminated || r.truncated {
+                break;
+            }
+        }
+        Some((sum / t as f64, last))
+    }
+
+    /// Where a chunk of actions would take each agent from here: its kinematic bicycle under
+    /// the chunk's commands (clamped to the action space, held for each control step's physics
+    /// steps), with no other vehicle and no collision; one path per agent, from its position
+    /// through its position after each action.
+    pub fn action_paths(&self) -> ActionPaths2d {
+        let starts: Vec<VehicleState> = self
+            .episode
+            .agents
+            .iter()
+            .map(|&i| self.traffic.vehicles[i].state)
+            .collect();
+        let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
+        let dt = 1.0 / f64::from(self.config.sim_hz);
+        let per = 2 * starts.len();
+        ActionPaths2d::new(move |chunk: &[f32]| {
+            starts
+                .iter()
+                .enumerate()
+                .map(|(a, &start)| {
+                    let mut state = start;
+                    let mut path = vec![[state.x as f32, state.y as f32]];
+                    for row in chunk.chunks_exact(per) {
+                        let command = |k: usize| f64::from(row[k]).clamp(-1.0, 1.0);
+                        let (acceleration, steering) = (command(2 * a), command(2 * a + 1));
+                        for _ in 0..substeps {
+                            state = state.step(
+                                steering * STEERING_RANGE,
+                                acceleration * ACCELERATION_RANGE,
+                                dt,
+                            );
+                        }
+                        path.push([state.x as f32, state.y as f32]);
+                    }
+                    path
+                })
+                .collect()
+        })
+    }
+
     /// Agents' `[x, y, heading, speed]`, concatenated.
     pub fn agent_states(&self) -> Vec<f64> {
         self.episode
@@ -689,7 +809,10 @@ impl Env for Drive {
             let mut commands = Vec::with_capacity(self.traffic.vehicles.len());
             for i in 0..self.traffic.vehicles.len() {
                 commands.push(match self.traffic.vehicles[i].driver {
-                    Driver::Idm => self.traffic.idm_action(&road, i),
+                    Driver::Idm => {
+                        let [steering, acceleration] = self.traffic.idm_action(&road, i);
+                        [steering, self.traffic.react(i, acceleration)]
+                    }
                     Driver::Agent(a) => [
                         f64::from(action[2 * a + 1]) * STEERING_RANGE,
                         f64::from(action[2 * a]) * ACCELERATION_RANGE,
@@ -729,6 +852,11 @@ impl Env for Drive {
         self.episode.collided |= collided;
         self.episode.left_road |= left_road;
         self.episode.steps += 1;
+        if self.episode.initial.is_some() {
+            for &i in &self.episode.agents {
+                self.episode.trace.push(self.traffic.vehicles[i].position());
+            }
+        }
         let hz = f64::from(self.config.policy_hz);
         let mut jerk = 0.0;
         for a in 0..self.config.agents {
@@ -765,7 +893,7 @@ impl Env for Drive {
             let e = &self.episode;
             let agent_steps = (e.steps * self.config.agents) as f64;
             let jerk_steps = (e.steps.saturating_sub(1) * self.config.agents).max(1) as f64;
-            vec![
+            let mut metrics = vec![
                 ("collision", f64::from(u8::from(e.collided))),
                 ("collision_agents", f64::from(u8::from(e.collided_agents))),
                 ("collision_traffic", f64::from(u8::from(e.collided_traffic))),
@@ -773,7 +901,11 @@ impl Env for Drive {
                 ("progress", self.score()),
                 ("speed", e.speed_sum / agent_steps),
                 ("jerk", e.jerk_sum / jerk_steps),
-            ]
+            ];
+            if let Some((ade, fde)) = self.expert_displacement() {
+                metrics.extend([("ade", ade), ("fde", fde)]);
+            }
+            metrics
         } else {
             Vec::new()
         };
@@ -867,6 +999,7 @@ impl Env for Drive {
                 );
             }
         }
+        scene.action_paths = Some(self.action_paths());
         Some(scene)
     }
 }
@@ -985,5 +1118,130 @@ mod tests {
         let r = last.unwrap();
         assert!(r.terminated && !r.info.success && r.reward < -0.5, "{r:?}");
         assert!(env.off_road(0) || env.crashed(0));
+    }
+
+    /// Runs an episode of `env` from `seed` under `act` and returns the metrics of its end.
+    fn episode_metrics(
+        env: &mut Drive,
+        seed: u64,
+        mut act: impl FnMut(&Drive) -> Vec<f32>,
+    ) -> Vec<(&'static str, f64)> {
+        env.reset(seed);
+        loop {
+            let a = act(env);
+            let r = env.step(&a).unwrap();
+            if r.terminated || r.truncated {
+                return r.info.metrics;
+            }
+        }
+    }
+
+    fn metric(metrics: &[(&'static str, f64)], name: &str) -> Option<f64> {
+        metrics.iter().find(|(n, _)| *n == name).map(|m| m.1)
+    }
+
+    #[test]
+    fn ade_and_fde_measure_the_distance_to_the_experts_drive_of_the_same_scene() {
+        use crate::task::{DriveExpert, DriveExpertConfig};
+        use diffrl_core::task::Expert as _;
+        let mut env = Drive::new(DriveConfig {
+            expert_reference: true,
+            ..DriveConfig::default()
+        });
+        // The expert itself drives exactly the reference.
+        let mut expert = DriveExpert::new(DriveExpertConfig::default());
+        let m = episode_metrics(&mut env, 4, |e| expert.act(e));
+        assert_eq!(
+            (metric(&m, "ade"), metric(&m, "fde")),
+            (Some(0.0), Some(0.0))
+        );
+        // Braking hard falls behind it: the final gap is the largest.
+        let m = episode_metrics(&mut env, 4, |_| vec![-1.0, 0.0, -1.0, 0.0]);
+        let (ade, fde) = (metric(&m, "ade").unwrap(), metric(&m, "fde").unwrap());
+        assert!(ade > 1.0 && fde > ade, "ade {ade}, fde {fde}");
+        // Off (the default): no reference, no metrics.
+        let mut env = Drive::new(DriveConfig::default());
+        let m = episode_metrics(&mut env, 4, |_| vec![-1.0, 0.0, -1.0, 0.0]);
+        assert_eq!((metric(&m, "ade"), metric(&m, "fde")), (None, None));
+        assert!(metric(&m, "progress").is_some());
+    }
+
+    #[test]
+    fn action_paths_follow_the_agents_kinematics() {
+        let mut env = Drive::new(DriveConfig::default());
+        env.reset(2);
+        let chunk = [
+            0.5, 0.1, -0.3, -0.05, 0.2, 0.0, 0.0, 0.05, 1.0, -0.1, 0.4, 0.0,
+        ];
+        let paths = env.action_paths().paths(&chunk);
+        assert_eq!(paths.len(), 2);
+        assert!(paths.iter().all(|p| p.len() == 4));
+        for (k, row) in chunk.chunks(4).enumerate() {
+            env.step(row).unwrap();
+            for (a, path) in paths.iter().enumerate() {
+                assert!(!env.crashed(a));
+                let v = &env.traffic().vehicles[env.agent_vehicle(a)];
+                let p = path[k + 1];
+                let d = (f64::from(p[0]) - v.state.x).hypot(f64::from(p[1]) - v.state.y);
+                assert!(d < 1e-3, "agent {a}, step {k}: {p:?} vs {:?}", v.state);
+            }
+        }
+        // The scene carries the map.
+        assert!(env.scene().unwrap().action_paths.is_some());
+    }
+
+    #[test]
+    fn a_reaction_delay_changes_the_traffic_and_still_replays_exactly() {
+        use crate::task::{DriveExpert, DriveExpertConfig};
+        use diffrl_core::task::Expert as _;
+        let delayed = DriveConfig {
+            randomize: DriveRandomization {
+                reaction_delay: [0.5, 1.0],
+                ..DriveRandomization::default()
+            },
+            ..DriveConfig::default()
+        };
+        let trajectory = |config: &DriveConfig| {
+            let mut env = Drive::new(config.clone());
+            env.reset(5);
+            let mut states = Vec::new();
+            for _ in 0..10 {
+                let r = env.step(&[0.0; 4]).unwrap();
+                states.extend(env.traffic().vehicles.iter().map(|v| v.state.to_array()));
+                if r.terminated || r.truncated {
+                    break;
+                }
+            }
+            states
+        };
+        assert_ne!(trajectory(&DriveConfig::default()), trajectory(&delayed));
+        let mut env = Drive::new(delayed.clone());
+        env.reset(5);
+        let delays: Vec<usize> = env
+            .traffic()
+            .vehicles
+            .iter()
+            .filter(|v| v.driver == Driver::Idm)
+            .map(|v| v.reaction_delay)
+            .collect();
+        assert!(delays.iter().all(|d| (8..=15).contains(d)), "{delays:?}");
+        let mut expert = DriveExpert::new(DriveExpertConfig::default());
+        for _ in 0..4 {
+            env.step(&expert.act(&env)).unwrap();
+        }
+        let snap = env.snapshot();
+        let run = |env: &mut Drive| {
+            let mut expert = DriveExpert::new(DriveExpertConfig::default());
+            (0..10)
+                .map(|_| env.step(&expert.act(env)).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let first = run(&mut env);
+        env.restore(&snap);
+        assert_eq!(first, run(&mut env));
+        let mut bad = delayed;
+        bad.randomize.reaction_delay = [0.0, 3.0];
+        let e = bad.validate().unwrap_err();
+        assert!(e.to_string().contains("reaction_delay"), "{e}");
     }
 }

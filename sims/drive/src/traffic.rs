@@ -62,6 +62,11 @@ pub struct Vehicle {
     pub crashed: bool,
     /// Who drives it.
     pub driver: Driver,
+    /// Physics steps between a background driver's acceleration command and its effect (a
+    /// reaction time; 0: none). See [`Traffic::react`].
+    pub reaction_delay: usize,
+    /// Commands waiting for their effect, oldest first.
+    pub pending: std::collections::VecDeque<f64>,
 }
 
 impl Vehicle {
@@ -78,6 +83,8 @@ impl Vehicle {
             timer: ((state.x + state.y) * std::f64::consts::PI).rem_euclid(LANE_CHANGE_DELAY),
             crashed: false,
             driver,
+            reaction_delay: 0,
+            pending: std::collections::VecDeque::new(),
         }
     }
 
@@ -324,6 +331,22 @@ impl Traffic {
         [steering, a.clamp(-v.idm.acc_max, v.idm.acc_max)]
     }
 
+    /// The acceleration vehicle `ego` applies now, given the one it commands now: with a
+    /// `reaction_delay` of d physics steps, the command of d steps ago. Until its first
+    /// command takes effect a driver holds its speed (acceleration 0).
+    pub fn react(&mut self, ego: usize, acceleration: f64) -> f64 {
+        let v = &mut self.vehicles[ego];
+        if v.reaction_delay == 0 {
+            return acceleration;
+        }
+        v.pending.push_back(acceleration);
+        if v.pending.len() > v.reaction_delay {
+            v.pending.pop_front().unwrap_or(0.0)
+        } else {
+            0.0
+        }
+    }
+
     /// highway-env's `IDMVehicle.change_lane_policy` (without its abort of changes into a lane
     /// another vehicle is also changing into).
     fn change_lane_policy(&mut self, road: &Road, ego: usize) {
@@ -496,5 +519,20 @@ mod tests {
                 .iter()
                 .all(|v| v.crashed && v.state.speed == 10.0)
         );
+    }
+
+    #[test]
+    fn a_reaction_delay_applies_each_command_that_many_steps_later() {
+        let road = road();
+        let mut t = Traffic {
+            vehicles: vec![car(&road, 10.0, 0.0, 25.0), car(&road, 50.0, 0.0, 25.0)],
+        };
+        t.vehicles[1].reaction_delay = 3;
+        let commands = [1.0, -2.0, 0.5, 3.0, -1.0];
+        let applied: Vec<f64> = commands.iter().map(|&a| t.react(1, a)).collect();
+        assert_eq!(applied, [0.0, 0.0, 0.0, 1.0, -2.0]);
+        // Without a delay the command applies at once.
+        assert_eq!(t.react(0, 1.5), 1.5);
+        assert!(t.vehicles[0].pending.is_empty());
     }
 }

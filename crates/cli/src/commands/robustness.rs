@@ -671,6 +671,25 @@ mod tests {
         );
     }
 
+    /// The driving sweep expands around highway-merge's shipped config, every row a valid
+    /// randomisation of it (reaction times included).
+    #[test]
+    fn shipped_driving_grid_parses_and_expands() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/highway-merge.toml");
+        let (cfg, _) = config::load(Some(&path)).unwrap();
+        let text = include_str!("../../../../configs/highway-merge_randomize.toml");
+        let settings = expand(text, &cfg.env).unwrap();
+        assert_eq!(settings[0].name, "nominal");
+        for name in [
+            "reaction_delay = [1.0, 1.0]",
+            "density = [1.5, 1.5]",
+            "everything randomised (moderate)",
+        ] {
+            assert!(names(&settings).contains(&name), "{:?}", names(&settings));
+        }
+        assert!(settings.iter().all(|s| s.irrelevant().is_none()));
+    }
+
     #[test]
     fn grid_expands_one_axis_at_a_time_around_nominal() {
         let text = "episodes = 3\nseed = 7\n[grid]\nfriction = [[0.0, 0.0], [0.5, 1.0]]\n\
