@@ -2,7 +2,8 @@
 # Checks `diffrl serve` against the real openpi client (PyPI openpi-client 0.1.2, pinned in
 # tools/requirements-serve.txt, installed into a cached venv): trains a tiny checkpoint on the
 # shipped dataset (seconds), then runs tools/serve_check.py; then a tiny joint planner on
-# highway-merge (a multi-agent policy) through tools/serve_check_planner.py. Called by
+# highway-merge (a multi-agent policy) through tools/serve_check_planner.py, and a tiny pixel
+# policy on lang-cubes (image + state + prompt) through tools/serve_check_vla.py. Called by
 # tools/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,3 +77,41 @@ echo '[]' > "$tmp/none.json"
 "$bin" sim highway-merge --config "$tmp/planner.toml" --seed 0 --actions "$tmp/none.json" --json \
   | head -n 1 > "$tmp/obs.json"
 "$PY" tools/serve_check_planner.py "$bin" "$tmp/planner/policy" "$tmp/obs.json"
+
+# A vision-language-action policy: a tiny pixel policy on lang-cubes, image + state + prompt.
+cat > "$tmp/vla.toml" <<TOML
+task = "lang-cubes"
+[run]
+name = "serve-check-vla"
+runs_dir = "$tmp/runs"
+threads = 1
+[env]
+obs = "pixels"
+image_size = 16
+max_episode_steps = 10
+[policy]
+pred_horizon = 4
+action_horizon = 2
+[policy.encoder.image]
+channels = [4]
+groups = 2
+keypoints = 4
+out_dim = 8
+[policy.denoiser]
+hidden = 16
+blocks = 1
+[policy.diffusion]
+train_steps = 8
+denoising_steps = 4
+[pretrain]
+steps = 10
+batch_size = 8
+warmup_steps = 2
+log_every = 10
+eval_every = 0
+checkpoint_every = 10
+TOML
+"$bin" demos lang-cubes --config "$tmp/vla.toml" --episodes 3 --out "$tmp/vla-demos" > /dev/null
+"$bin" pretrain --config "$tmp/vla.toml" --dataset "$tmp/vla-demos" --out "$tmp/vla" \
+  --eval-episodes 0 > /dev/null
+"$PY" tools/serve_check_vla.py "$bin" "$tmp/vla/policy"
