@@ -30,6 +30,8 @@ use rerun::{
     Scalars, TextDocument, TextLog, TextLogLevel, TimeColumn, Transform3D,
 };
 
+use rerun::components::Radius;
+
 use crate::blueprint::{Layout, default_blueprint};
 use crate::guarded::GuardedGrpcSink;
 use crate::sink::RerunSink;
@@ -116,6 +118,11 @@ fn color(c: Rgba) -> Color {
 }
 
 /// x_K (noise) in blue through x_0 (the action chunk) in red.
+/// A line width in screen points (Rerun reads negative radii so), whatever the scene's units.
+fn ui(points: f32) -> Radius {
+    Radius::new_ui_points(points)
+}
+
 fn chain_color(k: usize, big_k: usize) -> Color {
     let t = if big_k == 0 {
         0.0
@@ -385,7 +392,9 @@ impl RerunRecorder {
                 &LineStrips2D::new([self.strip(frame, points, true)])
                     .with_colors([color(*c)])
                     // Rerun has no filled 2-D polygon: solid bodies get a heavier outline.
-                    .with_radii([if *filled { 2.5f32 } else { 1.0 }]),
+                    // Outline widths are screen points, so a scene of any size (512 px
+                    // Push-T, 200 m of road) draws them alike.
+                    .with_radii([ui(if *filled { 2.5 } else { 1.0 })]),
             ),
             Shape2d::Circle {
                 center,
@@ -401,7 +410,7 @@ impl RerunRecorder {
                 path,
                 &LineStrips2D::new([self.strip(frame, points, false)])
                     .with_colors([color(*c)])
-                    .with_radii([1.0f32]),
+                    .with_radii([ui(1.0)]),
             ),
         };
         self.check("logging the scene", r);
@@ -711,13 +720,13 @@ impl Recorder for RerunRecorder {
                 paths::ACTIONS_PREDICTED,
                 call.predicted,
                 Color::from_unmultiplied_rgba(255, 165, 0, 255),
-                1.5f32,
+                ui(1.5),
             ),
             (
                 paths::ACTIONS_EXECUTED,
                 &call.predicted[..executed_len],
                 Color::from_unmultiplied_rgba(220, 20, 60, 255),
-                3.0,
+                ui(3.0),
             ),
         ] {
             let strips = strips_of(rows);
@@ -743,7 +752,7 @@ impl Recorder for RerunRecorder {
             for strip in strips_of(row) {
                 strips.push(strip);
                 colors.push(chain_color(k - i, k));
-                radii.push(if i == k { 2.0f32 } else { 0.75 });
+                radii.push(ui(if i == k { 2.0 } else { 0.75 }));
             }
         }
         self.check(

@@ -946,11 +946,14 @@ impl Env for Drive {
         self.episode.steps
     }
 
-    /// Bird's-eye view: lane edges, agents (orange, red once crashed) and background vehicles
-    /// (blue) as boxes, the goal line; y grows downwards as in highway-env's frame.
+    /// Bird's-eye view of the 200 m around agent 0: lane edges, agents (orange, red once
+    /// crashed) and background vehicles (blue) as boxes, the goal line; y grows downwards as
+    /// in highway-env's frame. Lane edges are drawn inside that window only, so a viewer that
+    /// fits the view to what is drawn follows the agents down the road.
     fn scene(&self) -> Option<Scene2d> {
         let me = self.traffic.vehicles[self.episode.agents[0]].state.x as f32;
-        let mut scene = Scene2d::new([[me - 60.0, -20.0], [me + 140.0, 30.0]], true);
+        let window = [me - 60.0, me + 140.0];
+        let mut scene = Scene2d::new([[window[0], -20.0], [window[1], 30.0]], true);
         let mut k = 0;
         for lane in &self.road.lanes {
             for side in [-0.5, 0.5] {
@@ -961,6 +964,7 @@ impl Env for Drive {
                             lane.position(lane.length() * i as f64 / n as f64, side * lane.width);
                         [p[0] as f32, p[1] as f32]
                     })
+                    .filter(|p| (window[0]..=window[1]).contains(&p[0]))
                     .collect();
                 if let Some(&name) = LANE_NAMES.get(k) {
                     scene.push(
@@ -974,11 +978,16 @@ impl Env for Drive {
                 k += 1;
             }
         }
+        let inside = |x: f32| (window[0]..=window[1]).contains(&x);
         let g = self.config.goal_x as f32;
         scene.push(
             "goal",
             Shape2d::LineStrip {
-                points: vec![[g, -2.0], [g, 4.0 * self.layout.lanes as f32 - 2.0]],
+                points: if inside(g) {
+                    vec![[g, -2.0], [g, 4.0 * self.layout.lanes as f32 - 2.0]]
+                } else {
+                    Vec::new()
+                },
                 color: [40, 200, 40, 255],
             },
         );
@@ -992,7 +1001,11 @@ impl Env for Drive {
                 scene.push(
                     name,
                     Shape2d::Polygon {
-                        points: v.corners().map(|c| [c[0] as f32, c[1] as f32]).to_vec(),
+                        points: if inside(v.state.x as f32) {
+                            v.corners().map(|c| [c[0] as f32, c[1] as f32]).to_vec()
+                        } else {
+                            Vec::new()
+                        },
                         color,
                         filled: true,
                     },
