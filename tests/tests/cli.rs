@@ -674,6 +674,56 @@ fn joint_planner_trains_fine_tunes_and_keeps_its_agent_layout() {
     );
 }
 
+/// highway-merge with the bird's-eye raster: demos record each step's raster as the camera
+/// frame, a policy trains on raster + vectors and drives in the simulator, and its checkpoint
+/// records the image geometry.
+#[test]
+fn raster_demos_train_a_policy_that_sees_the_road() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("raster.toml");
+    std::fs::write(
+        &cfg,
+        "task = \"highway-merge\"\n[run]\nthreads = 2\n[env]\nraster = 16\nraster_m = 80.0\n\
+         max_episode_steps = 6\n[policy.encoder.image]\nchannels = [4]\ngroups = 2\nkeypoints = 4\n\
+         out_dim = 8\n[policy.denoiser]\nhidden = 16\nblocks = 1\n[policy.diffusion]\n\
+         train_steps = 10\ndenoising_steps = 2\n[pretrain]\nsteps = 4\nbatch_size = 8\n\
+         warmup_steps = 1\neval_every = 0\ncheckpoint_every = 4\n[eval]\nepisodes = 2\nenvs = 2\n",
+    )
+    .unwrap();
+    let cfg = cfg.display().to_string();
+    let ds = d.path().join("demos").display().to_string();
+    cli(&[
+        "demos",
+        "highway-merge",
+        "--config",
+        &cfg,
+        "--episodes",
+        "2",
+        "--out",
+        &ds,
+    ])
+    .unwrap();
+    let data = read_dataset(Path::new(&ds)).unwrap();
+    let frames = data.images.as_ref().expect("rasters in the dataset");
+    assert_eq!(frames.len(), data.len());
+    assert_eq!((frames[0].height, frames[0].width), (16, 16));
+    // Every frame shows road (red) and at least one agent (green).
+    assert!(frames.iter().all(|f| f.data.chunks(3).any(|p| p[0] == 255)
+        && f.data.chunks(3).any(|p| p[1] == 255)));
+    let bc = d.path().join("bc").display().to_string();
+    let s = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &bc]).unwrap();
+    assert!(s.contains("eval: success"), "{s}");
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{bc}/policy/policy.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        meta["spec"]["image"],
+        serde_json::json!([3, 16, 16]),
+        "{}",
+        meta["spec"]
+    );
+}
+
 #[test]
 fn pixel_demos_record_camera_frames_that_a_pixel_policy_trains_on() {
     let d = tempfile::tempdir().unwrap();

@@ -30,12 +30,15 @@ use diffrl_core::config::{Invalid, Validate, ensure, ensure_range};
 use diffrl_core::env::{Env, Info, StepResult};
 use diffrl_core::scene::{ActionPaths2d, Scene2d, Shape2d};
 use diffrl_core::seeding::{self, Rng};
-use diffrl_core::space::{BoxSpace, EntityGroup, Observation, ObservationSpace};
+use diffrl_core::space::{
+    BoxSpace, EntityGroup, ImageObs, ImageSpace, Observation, ObservationSpace,
+};
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, LazyLock};
 
 use crate::kinematics::VehicleState;
+use crate::raster::RoadMask;
 use crate::road::{MergeLayout, Road, wrap_to_pi};
 use crate::traffic::{Driver, Traffic, Vehicle};
 
@@ -176,6 +179,12 @@ pub struct DriveConfig {
     /// expert episode per episode (about 0.1 ms per step on one core), so it is off by
     /// default and on in the shipped configs.
     pub expert_reference: bool,
+    /// Side (pixels) of the bird's-eye raster observed beside the vectors, as the observation's
+    /// camera image (0: none; else 16..=128; [`crate::raster`]).
+    pub raster: u32,
+    /// Side (m) of the raster's square window: centred a quarter of it ahead of the agents'
+    /// mean position, axes along the road frame's x and y.
+    pub raster_m: f64,
 }
 
 impl Default for DriveConfig {
@@ -191,6 +200,8 @@ impl Default for DriveConfig {
             randomize: DriveRandomization::default(),
             reward: DriveReward::default(),
             expert_reference: false,
+            raster: 0,
+            raster_m: 100.0,
         }
     }
 }
@@ -244,6 +255,19 @@ impl Validate for DriveConfig {
             (1..=16).contains(&self.neighbours),
             "neighbours",
             format!("must be in 1..=16, got {}", self.neighbours),
+        )?;
+        ensure(
+            self.raster == 0 || (16..=128).contains(&self.raster),
+            "raster",
+            format!(
+                "must be 0 (no raster) or a side in 16..=128 pixels, got {}",
+                self.raster
+            ),
+        )?;
+        ensure(
+            self.raster_m.is_finite() && (20.0..=400.0).contains(&self.raster_m),
+            "raster_m",
+            format!("must be in 20..=400 m, got {}", self.raster_m),
         )?;
         self.randomize
             .validate()
@@ -368,6 +392,8 @@ pub struct Drive {
     /// [`Env::action_space`], built once (step checks every action against it).
     actions: BoxSpace,
     road: Arc<Road>,
+    /// The road's drivable-area mask, when the raster is on.
+    mask: Option<Arc<RoadMask>>,
     layout: MergeLayout,
     traffic: Traffic,
     episode: Episode,
@@ -400,10 +426,12 @@ impl Drive {
             high: vec![1.0; names.len()],
             names,
         };
+        let mask = (config.raster > 0).then(|| Arc::new(RoadMask::new(&road)));
         let mut env = Self {
             config,
             actions,
             road,
+            mask,
             layout,
             traffic: Traffic {
                 vehicles: Vec::new(),
@@ -653,7 +681,30 @@ impl Drive {
                 *v += rand_distr::Distribution::sample(&normal, &mut self.rng);
             }
         }
-        Observation::state(state)
+        Observation {
+            image: self.raster(),
+            ..Observation::state(state)
+        }
+    }
+
+    /// The bird's-eye raster of the current state (None when `raster` is 0): the square window
+    /// of `raster_m` m centred a quarter of its side ahead of the agents' mean position.
+    pub fn raster(&self) -> Option<ImageObs> {
+        let mask = self.mask.as_ref()?;
+        let n = self.episode.agents.len().max(1) as f64;
+        let mut center = [0.0; 2];
+        for &i in &self.episode.agents {
+            let p = self.traffic.vehicles[i].position();
+            center[0] += p[0] / n;
+            center[1] += p[1] / n;
+        }
+        center[0] += self.config.raster_m / 4.0;
+        let side = self.config.raster;
+        Some(ImageObs {
+            height: side,
+            width: side,
+            data: crate::raster::raster(mask, &self.traffic, center, self.config.raster_m, side),
+        })
     }
 
     /// ADE and FDE (m) of this episode against the expert's drive of the same scene (Waymax's
@@ -674,10 +725,12 @@ impl Drive {
         let mut config = self.config.clone();
         config.expert_reference = false;
         config.randomize.obs_noise = 0.0;
+        config.raster = 0;
         let mut sim = Drive {
             config,
             actions: self.actions.clone(),
             road: Arc::clone(&self.road),
+            mask: None,
             layout: self.layout,
             traffic: (**initial).clone(),
             episode: Episode::start(self.episode.agents.clone(), self.episode.start_x.clone()),
@@ -765,7 +818,10 @@ impl Env for Drive {
                 high: vec![f32::INFINITY; names.len()],
                 names,
             }),
-            image: None,
+            image: (self.config.raster > 0).then_some(ImageSpace {
+                height: self.config.raster,
+                width: self.config.raster,
+            }),
             text: false,
             agents: self.config.agents,
             entities: vec![
@@ -1013,6 +1069,7 @@ impl Env for Drive {
             }
         }
         scene.action_paths = Some(self.action_paths());
+        scene.image = self.raster();
         Some(scene)
     }
 }
@@ -1256,5 +1313,45 @@ mod tests {
         bad.randomize.reaction_delay = [0.0, 3.0];
         let e = bad.validate().unwrap_err();
         assert!(e.to_string().contains("reaction_delay"), "{e}");
+    }
+
+    #[test]
+    fn the_raster_is_observed_beside_the_vectors_and_shows_the_agents() {
+        let config = DriveConfig {
+            raster: 32,
+            raster_m: 80.0,
+            ..DriveConfig::default()
+        };
+        config.validate().unwrap();
+        let mut env = Drive::new(config.clone());
+        let space = env.observation_space();
+        assert_eq!(space.image.map(|i| (i.height, i.width)), Some((32, 32)));
+        let obs = env.reset(3);
+        let image = obs.image.as_ref().unwrap();
+        assert_eq!(
+            (image.height, image.width, image.data.len()),
+            (32, 32, 32 * 32 * 3)
+        );
+        assert_eq!(obs.state, env.true_observation());
+        // Both agents (green) and the road (red) are in view; the raster moves with them.
+        let green = |im: &ImageObs| im.data.chunks(3).filter(|p| p[1] == 255).count();
+        assert!(green(image) >= 2, "{}", green(image));
+        assert!(image.data.chunks(3).any(|p| p[0] == 255));
+        let mut expert = crate::task::DriveExpert::new(crate::task::DriveExpertConfig::default());
+        use diffrl_core::task::Expert as _;
+        let later = (0..10).fold(obs.clone(), |_, _| env.step(&expert.act(&env)).unwrap().obs);
+        assert_ne!(later.image, obs.image);
+        assert!(green(later.image.as_ref().unwrap()) >= 2);
+        assert!(env.scene().unwrap().image.is_some());
+        // Off by default; bad sizes are refused by name.
+        assert!(Drive::new(DriveConfig::default()).reset(3).image.is_none());
+        for (raster, raster_m, field) in [(8, 100.0, "raster"), (32, 5.0, "raster_m")] {
+            let bad = DriveConfig {
+                raster,
+                raster_m,
+                ..DriveConfig::default()
+            };
+            assert!(bad.validate().unwrap_err().to_string().contains(field));
+        }
     }
 }

@@ -16,6 +16,7 @@
 pub mod env;
 pub mod idm;
 pub mod kinematics;
+pub mod raster;
 pub mod road;
 pub mod task;
 pub mod traffic;

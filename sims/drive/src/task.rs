@@ -280,6 +280,21 @@ impl Task for HighwayMergeTask {
         Drive::new(config.clone())
     }
 
+    /// `state`, or `state+raster` with the bird's-eye raster as the camera image.
+    fn observation(&self, config: &DriveConfig) -> String {
+        if config.raster > 0 {
+            "state+raster".into()
+        } else {
+            "state".into()
+        }
+    }
+
+    /// The raster's side when it is on. Rasters cannot be drawn from recorded states (they are
+    /// agent-centric vectors): datasets record them as camera frames.
+    fn image_size(&self, config: &DriveConfig) -> Option<u32> {
+        (config.raster > 0).then_some(config.raster)
+    }
+
     fn randomization_key(&self) -> Option<&'static str> {
         Some("randomize")
     }
