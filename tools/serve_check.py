@@ -8,8 +8,6 @@ frames, that the connection (and others) keep serving after each, wrong API keys
 frames, and a clean exit on SIGTERM. Exits non-zero with the failed check's message.
 """
 
-import signal
-import subprocess
 import sys
 import urllib.request
 
@@ -20,34 +18,20 @@ import websockets.sync.client
 from openpi_client import msgpack_numpy
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
+import serve_check_lib
+from serve_check_lib import Checks
+
 BIN, POLICY = sys.argv[1], sys.argv[2]
 KEY = "check-key"
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    if not cond:
-        raise SystemExit(f"serve_check FAILED: {what}")
-    checks += 1
+check = Checks("serve_check")
 
 
 def start(*extra):
-    proc = subprocess.Popen(
-        [BIN, "serve", "--policy", POLICY, "--port", "0", "--quiet", *extra],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    url = next((w for w in line.split() if w.startswith("ws://")), None)
-    check(url is not None, f"the server prints its address: {line!r}")
-    return proc, url
+    return serve_check_lib.start(check, BIN, POLICY, *extra)
 
 
 def stop(proc):
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=20)
-    check(proc.returncode == 0, f"SIGTERM ends the server cleanly (rc {proc.returncode})")
+    out = serve_check_lib.stop(check, proc)
     check("stopped:" in out, f"the server reports what it served: {out!r}")
     return out
 
@@ -147,4 +131,4 @@ try:
 finally:
     stop(proc)
 
-print(f"serve_check: {checks} checks passed against openpi-client 0.1.2 ({served.strip()})")
+print(f"serve_check: {check.count} checks passed against openpi-client 0.1.2 ({served.strip()})")

@@ -10,30 +10,18 @@ Exits non-zero with the failed check's message.
 """
 
 import json
-import signal
-import subprocess
 import sys
 
 import numpy as np
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
+from serve_check_lib import Checks, start, stop
+
 BIN, POLICY, OBS = sys.argv[1], sys.argv[2], sys.argv[3]
-checks = 0
+check = Checks("serve_check_planner")
 
-
-def check(cond, what):
-    global checks
-    if not cond:
-        raise SystemExit(f"serve_check_planner FAILED: {what}")
-    checks += 1
-
-
-proc = subprocess.Popen([BIN, "serve", "--policy", POLICY, "--port", "0", "--quiet"],
-                        stdout=subprocess.PIPE, text=True)
+proc, url = start(check, BIN, POLICY)
 try:
-    line = proc.stdout.readline()
-    url = next((w for w in line.split() if w.startswith("ws://")), None)
-    check(url is not None, f"the server prints its address: {line!r}")
     client = WebsocketClientPolicy(host=url)
     meta = client.get_server_metadata()
     n, ta, da = meta["agents"], meta["action_horizon"], meta["action_dim"]
@@ -70,7 +58,5 @@ try:
     check(client.infer({"observation.state": state})["actions"].shape == (ta, da),
           "still serving after the error")
 finally:
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=20)
-check(proc.returncode == 0, f"SIGTERM ends the server cleanly (rc {proc.returncode})")
-print(f"serve_check_planner: {checks} checks passed against openpi-client 0.1.2 (highway-merge joint planner)")
+    stop(check, proc)
+print(f"serve_check_planner: {check.count} checks passed against openpi-client 0.1.2 (highway-merge joint planner)")

@@ -9,30 +9,18 @@ image of the wrong size each get a text error naming the problem, after which th
 keeps serving. Exits non-zero with the failed check's message.
 """
 
-import signal
-import subprocess
 import sys
 
 import numpy as np
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
+from serve_check_lib import Checks, start, stop
+
 BIN, POLICY = sys.argv[1], sys.argv[2]
-checks = 0
+check = Checks("serve_check_vla")
 
-
-def check(cond, what):
-    global checks
-    if not cond:
-        raise SystemExit(f"serve_check_vla FAILED: {what}")
-    checks += 1
-
-
-proc = subprocess.Popen([BIN, "serve", "--policy", POLICY, "--port", "0", "--quiet"],
-                        stdout=subprocess.PIPE, text=True)
+proc, url = start(check, BIN, POLICY)
 try:
-    line = proc.stdout.readline()
-    url = next((w for w in line.split() if w.startswith("ws://")), None)
-    check(url is not None, f"the server prints its address: {line!r}")
     client = WebsocketClientPolicy(host=url)
     meta = client.get_server_metadata()
     obs = meta["observation"]
@@ -75,7 +63,5 @@ try:
     refused({**ask, "prompt": " ".join([text] * 20)}, "max_tokens")
     refused({**ask, "observation.image": np.zeros((h // 2, w // 2, 3), np.uint8)}, "observation.image")
 finally:
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=20)
-check(proc.returncode == 0, f"SIGTERM ends the server cleanly (rc {proc.returncode})")
-print(f"serve_check_vla: {checks} checks passed against openpi-client 0.1.2 (lang-cubes, image + prompt)")
+    stop(check, proc)
+print(f"serve_check_vla: {check.count} checks passed against openpi-client 0.1.2 (lang-cubes, image + prompt)")

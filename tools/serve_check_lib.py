@@ -1,0 +1,38 @@
+"""Shared pieces of the `diffrl serve` checks (tools/serve_check*.py): counted checks that stop
+the script with the failed one's message, and a server started on a free loopback port."""
+
+import signal
+import subprocess
+
+
+class Checks:
+    """`check(cond, what)` counts a passed check, or exits with `NAME FAILED: what`."""
+
+    def __init__(self, name):
+        self.name, self.count = name, 0
+
+    def __call__(self, cond, what):
+        if not cond:
+            raise SystemExit(f"{self.name} FAILED: {what}")
+        self.count += 1
+
+
+def start(check, binary, policy, *extra):
+    """`diffrl serve` on a free port; returns the process and the ws:// address it prints."""
+    proc = subprocess.Popen(
+        [binary, "serve", "--policy", policy, "--port", "0", "--quiet", *extra],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    url = next((w for w in line.split() if w.startswith("ws://")), None)
+    check(url is not None, f"the server prints its address: {line!r}")
+    return proc, url
+
+
+def stop(check, proc):
+    """SIGTERM, then checks a clean exit; returns what the server printed."""
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    check(proc.returncode == 0, f"SIGTERM ends the server cleanly (rc {proc.returncode})")
+    return out
