@@ -83,6 +83,16 @@ impl MetricSummary {
     }
 
     /// `4.2% (2.8-6.3%)` for a rate, `0.912 (0.905-0.919)` otherwise.
+    /// The mean alone: `2.8%` for a rate, `6.085` otherwise.
+    pub fn mean_text(&self) -> String {
+        if self.rate {
+            format!("{:.1}%", 100.0 * self.mean)
+        } else {
+            format!("{:.3}", self.mean)
+        }
+    }
+
+    /// The mean and its interval: `2.8% (1.7-4.6%)`, `6.085 (5.478-6.692)`.
     pub fn text(&self) -> String {
         if self.rate {
             format!(

@@ -10,6 +10,7 @@
 //! [`RobustnessTable`], written as `robustness.json` and `robustness.md` and as a
 //! `## Robustness` section of `report.md`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,7 +23,7 @@ use diffrl_core::dyn_task::EnvSection;
 use diffrl_core::fs::write_atomic;
 use diffrl_core::record::{Level, Recorder};
 use diffrl_learn::LearnError;
-use diffrl_learn::eval::{EvalReport, evaluate};
+use diffrl_learn::eval::{EvalReport, MetricSummary, evaluate};
 use diffrl_policy::{Policy, SampleMode};
 use diffrl_viz::paths;
 use serde::{Deserialize, Serialize};
@@ -239,6 +240,10 @@ pub struct RobustnessRow {
     pub delta_success_rate: f64,
     /// mean_max_score minus the nominal row's.
     pub delta_mean_max_score: f64,
+    /// The task's episode metrics (driving: collision and off-road rates, ADE, ...), as the
+    /// evaluation reports them; empty for tasks without any.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, MetricSummary>,
 }
 
 /// A setting that was not run, and why.
@@ -303,16 +308,28 @@ impl RobustnessTable {
                 mean_length: r.mean_length,
                 delta_success_rate: r.success_rate - s0,
                 delta_mean_max_score: r.mean_max_score - m0,
+                metrics: r.metrics.clone(),
             })
             .collect()
     }
 
-    /// The Markdown table alone: setting | success | 95% CI | mean max score | Δ vs nominal.
+    /// The Markdown table alone: setting | success | 95% CI | mean max score | Δ vs nominal,
+    /// then one column per task metric (the mean) when the task reports any.
     pub fn markdown_table(&self) -> String {
+        let names: BTreeSet<&str> = self
+            .rows
+            .iter()
+            .flat_map(|r| r.metrics.keys().map(String::as_str))
+            .collect();
         let mut t = String::from(
-            "| setting | success | 95% CI | mean max score | Δ vs nominal (success, score) |\n\
-             |---|---|---|---|---|\n",
+            "| setting | success | 95% CI | mean max score | Δ vs nominal (success, score) |",
         );
+        for n in &names {
+            t.push_str(&format!(" {n} |"));
+        }
+        t.push_str("\n|---|---|---|---|---|");
+        t.push_str(&"---|".repeat(names.len()));
+        t.push('\n');
         for (i, r) in self.rows.iter().enumerate() {
             let delta = if i == 0 {
                 "-".to_string()
@@ -324,7 +341,7 @@ impl RobustnessTable {
                 )
             };
             t.push_str(&format!(
-                "| {} | {:.1}% ({}/{}) | {:.1}-{:.1}% | {:.3} | {delta} |\n",
+                "| {} | {:.1}% ({}/{}) | {:.1}-{:.1}% | {:.3} | {delta} |",
                 r.name.replace('|', "\\|"),
                 100.0 * r.success_rate,
                 r.successes,
@@ -333,6 +350,14 @@ impl RobustnessTable {
                 100.0 * r.ci95[1],
                 r.mean_max_score,
             ));
+            for n in &names {
+                let cell = r
+                    .metrics
+                    .get(*n)
+                    .map_or("-".into(), MetricSummary::mean_text);
+                t.push_str(&format!(" {cell} |"));
+            }
+            t.push('\n');
         }
         t
     }
@@ -887,6 +912,43 @@ mod tests {
         assert_eq!(
             lines[3],
             "| friction = [1.0, 1.0] | 10.0% (1/10) | 10.0-50.0% | 0.550 | -20.0 pp, -0.150 |"
+        );
+    }
+
+    /// A task that reports episode metrics gets one column per metric, its mean per row
+    /// (rates in percent), and "-" where a row lacks it.
+    #[test]
+    fn task_metrics_get_a_column_each() {
+        let mut t = table();
+        let m = |values: &[f64]| MetricSummary::of(values).unwrap();
+        t.rows[0].metrics = [
+            ("collision".to_string(), m(&[0.0, 1.0, 0.0, 0.0])),
+            ("ade".to_string(), m(&[6.0, 6.5])),
+        ]
+        .into();
+        t.rows[1].metrics = [("collision".to_string(), m(&[1.0, 1.0, 0.0, 0.0]))].into();
+        let md = t.markdown_table();
+        let lines: Vec<&str> = md.lines().collect();
+        assert!(lines[0].ends_with("| ade | collision |"), "{}", lines[0]);
+        assert_eq!(lines[1], "|---|---|---|---|---|---|---|");
+        assert!(lines[2].ends_with("| - | 6.250 | 25.0% |"), "{}", lines[2]);
+        assert!(lines[3].ends_with("| - | 50.0% |"), "{}", lines[3]);
+        let json = serde_json::to_value(&t.rows[0]).unwrap();
+        assert_eq!(json["metrics"]["collision"]["mean"], 0.25);
+        // Without metrics the table and the JSON rows are as before.
+        assert!(
+            table()
+                .markdown_table()
+                .lines()
+                .next()
+                .unwrap()
+                .ends_with("score) |")
+        );
+        assert!(
+            serde_json::to_value(&table().rows[0])
+                .unwrap()
+                .get("metrics")
+                .is_none()
         );
     }
 
