@@ -13,20 +13,19 @@ cargo build -q -p diffrl-cli --locked
 bin="${CARGO_TARGET_DIR:-target}/debug/diffrl"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat > "$tmp/tiny.toml" <<TOML
+# tiny NAME: writes $tmp/NAME.toml, the task's own lines (stdin) followed by the run, horizon,
+# chain and BC settings every check shares: a checkpoint trained in seconds.
+tiny() {
+  {
+    cat
+    cat <<TOML
 [run]
-name = "serve-check"
+name = "serve-check-$1"
 runs_dir = "$tmp/runs"
 threads = 1
-[env]
-# The checks send 5-d states (the main job's keypoints would be 18 values).
-obs = "state"
 [policy]
 pred_horizon = 4
 action_horizon = 2
-[policy.denoiser]
-hidden = 16
-blocks = 1
 [policy.diffusion]
 train_steps = 8
 denoising_steps = 4
@@ -38,20 +37,24 @@ log_every = 10
 eval_every = 0
 checkpoint_every = 20
 TOML
-"$bin" pretrain --config "$tmp/tiny.toml" --dataset assets/pusht_expert_200 --out "$tmp/bc" \
+  } > "$tmp/$1.toml"
+}
+
+tiny pusht <<TOML
+[env]
+# The checks send 5-d states (the main job's keypoints would be 18 values).
+obs = "state"
+[policy.denoiser]
+hidden = 16
+blocks = 1
+TOML
+"$bin" pretrain --config "$tmp/pusht.toml" --dataset assets/pusht_expert_200 --out "$tmp/bc" \
   --eval-episodes 0 > /dev/null
 "$PY" tools/serve_check.py "$bin" "$tmp/bc/policy"
 
 # A multi-agent policy through the same client: a tiny joint planner on highway-merge.
-cat > "$tmp/planner.toml" <<TOML
+tiny planner <<TOML
 task = "highway-merge"
-[run]
-name = "serve-check-planner"
-runs_dir = "$tmp/runs"
-threads = 1
-[policy]
-pred_horizon = 4
-action_horizon = 2
 [policy.denoiser]
 kind = "joint"
 [policy.denoiser.planner]
@@ -59,16 +62,6 @@ d_model = 8
 heads = 2
 layers = 1
 ff_dim = 8
-[policy.diffusion]
-train_steps = 8
-denoising_steps = 4
-[pretrain]
-steps = 20
-batch_size = 16
-warmup_steps = 2
-log_every = 10
-eval_every = 0
-checkpoint_every = 20
 TOML
 "$bin" demos highway-merge --config "$tmp/planner.toml" --episodes 3 --out "$tmp/drive-demos" > /dev/null
 "$bin" pretrain --config "$tmp/planner.toml" --dataset "$tmp/drive-demos" --out "$tmp/planner" \
@@ -79,19 +72,12 @@ echo '[]' > "$tmp/none.json"
 "$PY" tools/serve_check_planner.py "$bin" "$tmp/planner/policy" "$tmp/obs.json"
 
 # A vision-language-action policy: a tiny pixel policy on lang-cubes, image + state + prompt.
-cat > "$tmp/vla.toml" <<TOML
+tiny vla <<TOML
 task = "lang-cubes"
-[run]
-name = "serve-check-vla"
-runs_dir = "$tmp/runs"
-threads = 1
 [env]
 obs = "pixels"
 image_size = 16
 max_episode_steps = 10
-[policy]
-pred_horizon = 4
-action_horizon = 2
 [policy.encoder.image]
 channels = [4]
 groups = 2
@@ -100,16 +86,6 @@ out_dim = 8
 [policy.denoiser]
 hidden = 16
 blocks = 1
-[policy.diffusion]
-train_steps = 8
-denoising_steps = 4
-[pretrain]
-steps = 10
-batch_size = 8
-warmup_steps = 2
-log_every = 10
-eval_every = 0
-checkpoint_every = 10
 TOML
 "$bin" demos lang-cubes --config "$tmp/vla.toml" --episodes 3 --out "$tmp/vla-demos" > /dev/null
 "$bin" pretrain --config "$tmp/vla.toml" --dataset "$tmp/vla-demos" --out "$tmp/vla" \

@@ -109,9 +109,9 @@ pub fn pretrain<B: AutodiffBackend>(
         .map(|im| [3, im.height as usize, im.width as usize]);
     if env.image.is_some() && frames.is_none() {
         bail!(
-            "[env].obs = \"{}\" sees a camera, but the dataset {} holds no camera frames \
-             (observation.image); record one with the same [env] (`diffrl demos {} --config \
-             CONFIG --out DIR`)",
+            "[env] observes \"{}\", which includes a camera image, but the dataset {} holds no \
+             camera frames (observation.image); record one with the same [env] (`diffrl demos \
+             {} --config CONFIG --out DIR`)",
             cfg.env.observation(),
             dataset.display(),
             cfg.task

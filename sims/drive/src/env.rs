@@ -37,7 +37,7 @@ use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, LazyLock};
 
-use crate::kinematics::VehicleState;
+use crate::kinematics::{VehicleState, rollout};
 use crate::raster::RoadMask;
 use crate::road::{MergeLayout, Road, wrap_to_pi};
 use crate::traffic::{Driver, Traffic, Vehicle};
@@ -57,6 +57,14 @@ pub const AGENT_OBS: usize = 5 + 3 * 4;
 pub const NEIGHBOUR_OBS: usize = 6;
 /// Neighbours beyond this distance (m) are not observed.
 pub const OBS_RANGE: f64 = 80.0;
+
+/// The `[steering (rad), acceleration (m/s^2)]` agent `a`'s part of `action` commands.
+fn command(action: &[f32], a: usize) -> [f64; 2] {
+    [
+        f64::from(action[2 * a + 1]) * STEERING_RANGE,
+        f64::from(action[2 * a]) * ACCELERATION_RANGE,
+    ]
+}
 
 /// Domain randomisation of the traffic, drawn at every reset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -777,21 +785,20 @@ impl Drive {
                 .iter()
                 .enumerate()
                 .map(|(a, &start)| {
-                    let mut state = start;
-                    let mut path = vec![[state.x as f32, state.y as f32]];
-                    for row in chunk.chunks_exact(per) {
-                        let command = |k: usize| f64::from(row[k]).clamp(-1.0, 1.0);
-                        let (acceleration, steering) = (command(2 * a), command(2 * a + 1));
-                        for _ in 0..substeps {
-                            state = state.step(
-                                steering * STEERING_RANGE,
-                                acceleration * ACCELERATION_RANGE,
-                                dt,
-                            );
-                        }
-                        path.push([state.x as f32, state.y as f32]);
-                    }
-                    path
+                    let commands: Vec<[f64; 2]> = chunk
+                        .chunks_exact(per)
+                        .flat_map(|row| {
+                            let clamped = [row[2 * a], row[2 * a + 1]].map(|v| v.clamp(-1.0, 1.0));
+                            std::iter::repeat_n(command(&clamped, 0), substeps)
+                        })
+                        .collect();
+                    // Non-finite commands (never in a chain) draw no path.
+                    rollout(start, &commands, dt)
+                        .unwrap_or_default()
+                        .iter()
+                        .step_by(substeps.max(1))
+                        .map(|s| [s.x as f32, s.y as f32])
+                        .collect()
                 })
                 .collect()
         })
@@ -869,10 +876,7 @@ impl Env for Drive {
                         let [steering, acceleration] = self.traffic.idm_action(&road, i);
                         [steering, self.traffic.react(i, acceleration)]
                     }
-                    Driver::Agent(a) => [
-                        f64::from(action[2 * a + 1]) * STEERING_RANGE,
-                        f64::from(action[2 * a]) * ACCELERATION_RANGE,
-                    ],
+                    Driver::Agent(a) => command(&action, a),
                 });
             }
             for (i, j) in self.traffic.step(&road, &commands, dt) {
@@ -918,7 +922,7 @@ impl Env for Drive {
         for a in 0..self.config.agents {
             let v = &self.traffic.vehicles[self.episode.agents[a]];
             self.episode.speed_sum += v.state.speed;
-            let acc = f64::from(action[2 * a]) * ACCELERATION_RANGE;
+            let acc = command(&action, a)[1];
             if let Some(last) = self.episode.last_acceleration[a] {
                 jerk += (acc - last).abs() * hz;
             }
