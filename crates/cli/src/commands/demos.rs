@@ -245,7 +245,7 @@ impl std::fmt::Display for DemoSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} episodes: success {:.1}% (95% CI {:.1}-{:.1}%), mean max reward {:.3}, mean length {:.1} steps, action jumps median {:.1} px (p90 {:.1}), {:.1} s",
+            "{} episodes: success {:.1}% (95% CI {:.1}-{:.1}%), mean max reward {:.3}, mean length {:.1} steps, action jumps median {:.1} (p90 {:.1}; action units, px on Push-T), {:.1} s",
             self.episodes,
             100.0 * self.success_rate,
             100.0 * self.success_ci95[0],
