@@ -66,14 +66,7 @@ try:
 
     # Bad requests: a text frame that says what is wrong; the client keeps working.
     def refused(obs, needle):
-        try:
-            client.infer(obs)
-        except RuntimeError as e:
-            check(needle in str(e), f"error mentions {needle!r}: {e}")
-        else:
-            raise SystemExit(f"serve_check FAILED: {obs!r} was accepted")
-        check(client.infer({"observation.state": state})["actions"].shape == (ta, da),
-              f"still serving after the {needle!r} error")
+        serve_check_lib.refused(check, client, obs, needle, {"observation.state": state})
 
     refused({"observation.state": np.zeros(7, np.float32)}, "does not fit this policy")
     refused({"observation.state": np.array([1, np.nan, 2, 3, 4], np.float32)}, "NaN")

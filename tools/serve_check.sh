@@ -40,6 +40,14 @@ TOML
   } > "$tmp/$1.toml"
 }
 
+# demos_and_bc NAME TASK: 3 expert episodes of TASK under $tmp/NAME.toml, then BC on them into
+# $tmp/NAME (its policy in $tmp/NAME/policy).
+demos_and_bc() {
+  "$bin" demos "$2" --config "$tmp/$1.toml" --episodes 3 --out "$tmp/$1-demos" > /dev/null
+  "$bin" pretrain --config "$tmp/$1.toml" --dataset "$tmp/$1-demos" --out "$tmp/$1" \
+    --eval-episodes 0 > /dev/null
+}
+
 tiny pusht <<TOML
 [env]
 # The checks send 5-d states (the main job's keypoints would be 18 values).
@@ -63,9 +71,7 @@ heads = 2
 layers = 1
 ff_dim = 8
 TOML
-"$bin" demos highway-merge --config "$tmp/planner.toml" --episodes 3 --out "$tmp/drive-demos" > /dev/null
-"$bin" pretrain --config "$tmp/planner.toml" --dataset "$tmp/drive-demos" --out "$tmp/planner" \
-  --eval-episodes 0 > /dev/null
+demos_and_bc planner highway-merge
 echo '[]' > "$tmp/none.json"
 "$bin" sim highway-merge --config "$tmp/planner.toml" --seed 0 --actions "$tmp/none.json" --json \
   | head -n 1 > "$tmp/obs.json"
@@ -87,7 +93,5 @@ out_dim = 8
 hidden = 16
 blocks = 1
 TOML
-"$bin" demos lang-cubes --config "$tmp/vla.toml" --episodes 3 --out "$tmp/vla-demos" > /dev/null
-"$bin" pretrain --config "$tmp/vla.toml" --dataset "$tmp/vla-demos" --out "$tmp/vla" \
-  --eval-episodes 0 > /dev/null
+demos_and_bc vla lang-cubes
 "$PY" tools/serve_check_vla.py "$bin" "$tmp/vla/policy"

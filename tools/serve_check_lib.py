@@ -17,6 +17,19 @@ class Checks:
         self.count += 1
 
 
+def refused(check, client, request, needle, good):
+    """`request` gets a text error that mentions `needle`, and the same connection then still
+    answers the well-formed request `good` with actions of the same shape as before."""
+    shape = client.infer(good)["actions"].shape
+    try:
+        client.infer(request)
+    except RuntimeError as e:
+        check(needle in str(e), f"error mentions {needle!r}: {e}")
+    else:
+        raise SystemExit(f"{check.name} FAILED: {needle!r} case was accepted: {request!r}")
+    check(client.infer(good)["actions"].shape == shape, f"still serving after the {needle!r} error")
+
+
 def start(check, binary, policy, *extra):
     """`diffrl serve` on a free port; returns the process and the ws:// address it prints."""
     proc = subprocess.Popen(

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
-from serve_check_lib import Checks, start, stop
+from serve_check_lib import Checks, refused as refused_by, start, stop
 
 BIN, POLICY = sys.argv[1], sys.argv[2]
 check = Checks("serve_check_vla")
@@ -48,13 +48,7 @@ try:
     check(np.array_equal(a, client.infer({**ask, "seed": 5})["actions"]), "same seed, same actions")
 
     def refused(request, needle):
-        try:
-            client.infer(request)
-        except RuntimeError as e:
-            check(needle in str(e), f"error mentions {needle!r}: {e}")
-        else:
-            raise SystemExit(f"serve_check_vla FAILED: {needle!r} case was accepted")
-        check(client.infer(ask)["actions"].shape == (ta, da), f"still serving after the {needle!r} error")
+        refused_by(check, client, request, needle, ask)
 
     without = {k: v for k, v in ask.items() if k != "prompt"}
     refused(without, "prompt: required")

@@ -509,22 +509,15 @@ fn highway_merge_runs_from_its_embedded_config() {
     assert!(e.contains("cannot start from a given state"), "{e}");
 }
 
-/// The driving metrics travel from the environment's last step to `diffrl eval`'s output and
-/// eval.json: collision and off-road as rates with Wilson intervals, progress, speed, jerk.
-#[test]
-fn driving_metrics_reach_the_evaluation_report() {
-    let d = tempfile::tempdir().unwrap();
-    let cfg = d.path().join("hm.toml");
-    std::fs::write(
-        &cfg,
-        "task = \"highway-merge\"\n[run]\nthreads = 2\n[env]\nmax_episode_steps = 10\n\
-         [policy.denoiser]\nhidden = 16\nblocks = 1\n[policy.diffusion]\ntrain_steps = 10\n\
-         denoising_steps = 2\n[pretrain]\nsteps = 4\nbatch_size = 8\nwarmup_steps = 1\n\
-         eval_every = 0\ncheckpoint_every = 4\n[eval]\nepisodes = 3\nenvs = 2\n",
-    )
-    .unwrap();
-    let cfg = cfg.display().to_string();
-    let ds = d.path().join("demos").display().to_string();
+/// Writes the highway-merge config `toml` as `dir/name` and records 2 expert episodes with it
+/// into `dir/demos`; returns the config's and the dataset's paths.
+fn highway_demos(dir: &Path, name: &str, toml: &str) -> (String, String) {
+    let cfg = dir.join(name);
+    std::fs::write(&cfg, toml).unwrap();
+    let (cfg, ds) = (
+        cfg.display().to_string(),
+        dir.join("demos").display().to_string(),
+    );
     cli(&[
         "demos",
         "highway-merge",
@@ -536,6 +529,22 @@ fn driving_metrics_reach_the_evaluation_report() {
         &ds,
     ])
     .unwrap();
+    (cfg, ds)
+}
+
+/// The driving metrics travel from the environment's last step to `diffrl eval`'s output and
+/// eval.json: collision and off-road as rates with Wilson intervals, progress, speed, jerk.
+#[test]
+fn driving_metrics_reach_the_evaluation_report() {
+    let d = tempfile::tempdir().unwrap();
+    let (cfg, ds) = highway_demos(
+        d.path(),
+        "hm.toml",
+        "task = \"highway-merge\"\n[run]\nthreads = 2\n[env]\nmax_episode_steps = 10\n\
+         [policy.denoiser]\nhidden = 16\nblocks = 1\n[policy.diffusion]\ntrain_steps = 10\n\
+         denoising_steps = 2\n[pretrain]\nsteps = 4\nbatch_size = 8\nwarmup_steps = 1\n\
+         eval_every = 0\ncheckpoint_every = 4\n[eval]\nepisodes = 3\nenvs = 2\n",
+    );
     let bc = d.path().join("bc").display().to_string();
     let s = cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &bc]).unwrap();
     assert!(s.contains("eval: collision"), "{s}");
@@ -606,7 +615,6 @@ fn driving_metrics_reach_the_evaluation_report() {
 #[test]
 fn joint_planner_trains_fine_tunes_and_keeps_its_agent_layout() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = d.path().join("joint.toml");
     let text = "task = \"highway-merge\"\n[run]\nthreads = 2\n[env]\nmax_episode_steps = 6\n\
          [policy.denoiser]\nkind = \"joint\"\n[policy.denoiser.planner]\nd_model = 8\n\
          heads = 2\nlayers = 1\nff_dim = 8\n[policy.diffusion]\ntrain_steps = 10\n\
@@ -614,20 +622,7 @@ fn joint_planner_trains_fine_tunes_and_keeps_its_agent_layout() {
          eval_every = 0\ncheckpoint_every = 4\n[eval]\nepisodes = 2\nenvs = 2\n\
          [grpo]\niterations = 1\ngroups = 1\ngroup_size = 2\nepochs = 1\nminibatch = 16\n\
          eval_every = 0\n";
-    std::fs::write(&cfg, text).unwrap();
-    let cfg = cfg.display().to_string();
-    let ds = d.path().join("demos").display().to_string();
-    cli(&[
-        "demos",
-        "highway-merge",
-        "--config",
-        &cfg,
-        "--episodes",
-        "2",
-        "--out",
-        &ds,
-    ])
-    .unwrap();
+    let (cfg, ds) = highway_demos(d.path(), "joint.toml", text);
     let bc = d.path().join("bc").display().to_string();
     cli(&["pretrain", "--config", &cfg, "--dataset", &ds, "--out", &bc]).unwrap();
     let policy = format!("{bc}/policy");
@@ -680,29 +675,15 @@ fn joint_planner_trains_fine_tunes_and_keeps_its_agent_layout() {
 #[test]
 fn raster_demos_train_a_policy_that_sees_the_road() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = d.path().join("raster.toml");
-    std::fs::write(
-        &cfg,
+    let (cfg, ds) = highway_demos(
+        d.path(),
+        "raster.toml",
         "task = \"highway-merge\"\n[run]\nthreads = 2\n[env]\nraster = 16\nraster_m = 80.0\n\
          max_episode_steps = 6\n[policy.encoder.image]\nchannels = [4]\ngroups = 2\nkeypoints = 4\n\
          out_dim = 8\n[policy.denoiser]\nhidden = 16\nblocks = 1\n[policy.diffusion]\n\
          train_steps = 10\ndenoising_steps = 2\n[pretrain]\nsteps = 4\nbatch_size = 8\n\
          warmup_steps = 1\neval_every = 0\ncheckpoint_every = 4\n[eval]\nepisodes = 2\nenvs = 2\n",
-    )
-    .unwrap();
-    let cfg = cfg.display().to_string();
-    let ds = d.path().join("demos").display().to_string();
-    cli(&[
-        "demos",
-        "highway-merge",
-        "--config",
-        &cfg,
-        "--episodes",
-        "2",
-        "--out",
-        &ds,
-    ])
-    .unwrap();
+    );
     let data = read_dataset(Path::new(&ds)).unwrap();
     let frames = data.images.as_ref().expect("rasters in the dataset");
     assert_eq!(frames.len(), data.len());
