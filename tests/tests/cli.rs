@@ -509,6 +509,32 @@ fn highway_merge_runs_from_its_embedded_config() {
     assert!(e.contains("cannot start from a given state"), "{e}");
 }
 
+/// intersection runs from its embedded config: `diffrl sim --expert --json` prints the agents'
+/// poses each step and the expert brings both agents across on seed 0; `turns` in a config
+/// picks the routes, and a wrong one is refused naming the table and the accepted values.
+#[test]
+fn intersection_runs_from_its_embedded_config() {
+    let out = cli(&["sim", "intersection", "--seed", "0", "--expert", "--json"]).unwrap();
+    let lines = json_lines(&out);
+    assert!(
+        lines.len() > 10 && lines.len() <= 151,
+        "{} lines",
+        lines.len()
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["agents"].as_array().unwrap().len(), 8, "{last}");
+    assert_eq!(last["success"], true, "{last}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        "task = \"intersection\"\n[env.intersection]\nturns = [\"left\", \"backwards\"]\n",
+    )
+    .unwrap();
+    let e = cli(&["sim", "intersection", "--config", config.to_str().unwrap()]).unwrap_err();
+    assert!(e.contains("backwards") && e.contains("straight"), "{e}");
+}
+
 /// Writes the highway-merge config `toml` as `dir/name` and records 2 expert episodes with it
 /// into `dir/demos`; returns the config's and the dataset's paths.
 fn highway_demos(dir: &Path, name: &str, toml: &str) -> (String, String) {

@@ -53,10 +53,17 @@ fn builtin(tasks: &mut Tasks) {
         }),
     );
     tasks.add(
-        diffrl_drive::task::HighwayMergeTask,
+        diffrl_drive::task::DriveTask::HIGHWAY_MERGE,
         Some(DefaultConfig {
             origin: "configs/highway-merge.toml",
             text: include_str!("../../../configs/highway-merge.toml"),
+        }),
+    );
+    tasks.add(
+        diffrl_drive::task::DriveTask::INTERSECTION,
+        Some(DefaultConfig {
+            origin: "configs/intersection.toml",
+            text: include_str!("../../../configs/intersection.toml"),
         }),
     );
 }

@@ -39,7 +39,7 @@ use std::sync::{Arc, LazyLock};
 
 use crate::kinematics::{VehicleState, rollout};
 use crate::raster::RoadMask;
-use crate::road::{MergeLayout, Road, wrap_to_pi};
+use crate::road::{IntersectionLayout, MergeLayout, Road, Turn, wrap_to_pi};
 use crate::traffic::{Driver, Traffic, Vehicle};
 
 /// Largest acceleration command (m/s^2): highway-env's `ContinuousAction.acceleration_range`.
@@ -191,8 +191,64 @@ pub struct DriveConfig {
     /// camera image (0: none; else 16..=128; [`crate::raster`]).
     pub raster: u32,
     /// Side (m) of the raster's square window: centred a quarter of it ahead of the agents'
-    /// mean position, axes along the road frame's x and y.
+    /// mean position on the highway (at the junction's centre on the intersection), axes
+    /// along the road frame's x and y.
     pub raster_m: f64,
+    /// The `intersection` task's scene (ignored by `highway-merge`).
+    pub intersection: IntersectionConfig,
+}
+
+/// Which road a [`Drive`] scenario runs on; the task chooses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// `highway-merge`: the highway with an on-ramp ([`MergeLayout`]).
+    Merge,
+    /// `intersection`: a four-way junction with a priority road ([`IntersectionLayout`]).
+    Intersection,
+}
+
+/// The `[env.intersection]` table: how the `intersection` task fills its scenes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntersectionConfig {
+    /// Agents start this far (m, drawn in the range) before the junction box.
+    pub start: [f64; 2],
+    /// Agents' initial speed (m/s, drawn in the range).
+    pub agent_speed: [f64; 2],
+    /// Background drivers' IDM target (and initial) speed (m/s, drawn per driver).
+    pub target_speed: [f64; 2],
+    /// An agent has arrived once it is this far (m) along its exit lane.
+    pub exit: f64,
+    /// Agents' turns, one per agent (`"right"`, `"straight"`, `"left"`); empty: drawn
+    /// uniformly at every reset.
+    pub turns: Vec<Turn>,
+}
+
+impl Default for IntersectionConfig {
+    fn default() -> Self {
+        Self {
+            start: [15.0, 45.0],
+            agent_speed: [6.0, 10.0],
+            target_speed: [8.0, 11.0],
+            exit: 25.0,
+            turns: Vec::new(),
+        }
+    }
+}
+
+impl Validate for IntersectionConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        let approach = IntersectionLayout::default().approach;
+        ensure_range(self.start, "start", 0.0, approach - 10.0)?;
+        ensure_range(self.agent_speed, "agent_speed", 0.0, 20.0)?;
+        ensure_range(self.target_speed, "target_speed", 1.0, 20.0)?;
+        ensure(
+            self.exit.is_finite() && (5.0..=approach - 10.0).contains(&self.exit),
+            "exit",
+            format!("must be in 5..={} m, got {}", approach - 10.0, self.exit),
+        )
+    }
 }
 
 impl Default for DriveConfig {
@@ -210,6 +266,7 @@ impl Default for DriveConfig {
             expert_reference: false,
             raster: 0,
             raster_m: 100.0,
+            intersection: IntersectionConfig::default(),
         }
     }
 }
@@ -280,6 +337,18 @@ impl Validate for DriveConfig {
         self.randomize
             .validate()
             .map_err(|e| e.within("randomize"))?;
+        self.intersection
+            .validate()
+            .map_err(|e| e.within("intersection"))?;
+        ensure(
+            self.intersection.turns.is_empty() || self.intersection.turns.len() == self.agents,
+            "intersection.turns",
+            format!(
+                "must be empty (drawn) or give one turn per agent ({}), got {}",
+                self.agents,
+                self.intersection.turns.len()
+            ),
+        )?;
         self.reward.validate().map_err(|e| e.within("reward"))
     }
 }
@@ -336,6 +405,13 @@ struct Episode {
     agents: Vec<usize>,
     /// Agents' x at the start.
     start_x: Vec<f64>,
+    /// On the intersection: each agent's arc length along its route now, at the start, and
+    /// where it arrives.
+    route_s: Vec<f64>,
+    start_s: Vec<f64>,
+    goal_s: Vec<f64>,
+    /// Physics steps taken (the intersection's right-of-way rules run every half second).
+    sim_steps: usize,
     /// Agents that have passed `goal_x` (their route is done; what happens to them after no
     /// longer counts).
     arrived: Vec<bool>,
@@ -365,6 +441,10 @@ impl Episode {
         Self {
             agents: Vec::new(),
             start_x: Vec::new(),
+            route_s: Vec::new(),
+            start_s: Vec::new(),
+            goal_s: Vec::new(),
+            sim_steps: 0,
             arrived: Vec::new(),
             steps: 0,
             done: false,
@@ -402,6 +482,7 @@ pub struct Drive {
     road: Arc<Road>,
     /// The road's drivable-area mask, when the raster is on.
     mask: Option<Arc<RoadMask>>,
+    scenario: Scenario,
     layout: MergeLayout,
     traffic: Traffic,
     episode: Episode,
@@ -420,14 +501,23 @@ static LANE_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
 });
 
 impl Drive {
-    /// A scenario of `config` (checked by [`Validate`]; an invalid one is clamped where it
-    /// would not make sense, callers validate first), reset with seed 0.
+    /// The merge scenario of `config` (checked by [`Validate`]; an invalid one is clamped
+    /// where it would not make sense, callers validate first), reset with seed 0.
     pub fn new(config: DriveConfig) -> Self {
+        Self::with_scenario(Scenario::Merge, config)
+    }
+
+    /// Scenario `scenario` of `config`, reset with seed 0 (as [`Drive::new`]).
+    pub fn with_scenario(scenario: Scenario, config: DriveConfig) -> Self {
         let layout = MergeLayout {
             lanes: config.lanes.clamp(1, 4),
             ..MergeLayout::default()
         };
-        let road = Arc::new(Road::new(&layout.specs()).expect("the merge layout is a valid road"));
+        let specs = match scenario {
+            Scenario::Merge => layout.specs(),
+            Scenario::Intersection => IntersectionLayout::default().specs(),
+        };
+        let road = Arc::new(Road::new(&specs).expect("the built-in layouts are valid roads"));
         let names = config.action_names();
         let actions = BoxSpace {
             low: vec![-1.0; names.len()],
@@ -440,6 +530,7 @@ impl Drive {
             actions,
             road,
             mask,
+            scenario,
             layout,
             traffic: Traffic {
                 vehicles: Vec::new(),
@@ -471,12 +562,113 @@ impl Drive {
         self.episode.agents[i]
     }
 
-    /// Where every agent's route ends (m).
+    /// Where every agent's route ends on the merge road (m).
     pub fn goal_x(&self) -> f64 {
         self.config.goal_x
     }
 
+    /// The road this scenario runs on.
+    pub fn scenario(&self) -> Scenario {
+        self.scenario
+    }
+
     fn spawn(&mut self) {
+        match self.scenario {
+            Scenario::Merge => self.spawn_merge(),
+            Scenario::Intersection => self.spawn_intersection(),
+        }
+        if self.config.expert_reference {
+            self.episode.initial = Some(Arc::new(self.traffic.clone()));
+        }
+    }
+
+    /// The intersection's scene: agent `a` enters from the south, east, north and west arm
+    /// (in this order: the first on the minor road), `start` m before the junction box at
+    /// `agent_speed`, turning as `turns` says or uniformly at random. Background drivers enter
+    /// from every arm from 8-20 m before the box on, at gaps of (10 m + speed x 2 s) x
+    /// U(1, 3) / density, each on a uniformly drawn turn, none within 15 m of another vehicle.
+    fn spawn_intersection(&mut self) {
+        const AGENT_ARMS: [usize; 4] = [3, 0, 1, 2];
+        let rng = &mut self.rng;
+        let road = &*self.road;
+        let c = &self.config.intersection;
+        let r = &self.config.randomize;
+        let layout = IntersectionLayout::default();
+        let draw = |rng: &mut Rng, range: [f64; 2]| {
+            if range[1] > range[0] {
+                rng.random_range(range[0]..range[1])
+            } else {
+                range[0]
+            }
+        };
+        let sim_hz = f64::from(self.config.sim_hz);
+        let at = |route: &[usize], s: f64, speed: f64| {
+            let (p, heading) = road.along_route(route, s);
+            VehicleState {
+                x: p[0],
+                y: p[1],
+                heading,
+                speed,
+            }
+        };
+        let mut vehicles: Vec<Vehicle> = Vec::new();
+        let (mut agents, mut start_s, mut goal_s) = (Vec::new(), Vec::new(), Vec::new());
+        for (a, &arm) in AGENT_ARMS.iter().enumerate().take(self.config.agents) {
+            let turn = match c.turns.get(a) {
+                Some(&t) => t,
+                None => Turn::ALL[rng.random_range(0..3)],
+            };
+            let route = IntersectionLayout::route(road, arm, turn);
+            let s = layout.approach - draw(rng, c.start);
+            let mut v = Vehicle::new(
+                road,
+                at(&route, s, draw(rng, c.agent_speed)),
+                10.0,
+                Driver::Agent(a),
+            );
+            v.lane = route[0];
+            v.target_lane = route[0];
+            goal_s.push(road.route_offset(&route, 2) + c.exit);
+            v.route = route;
+            agents.push(vehicles.len());
+            start_s.push(s);
+            vehicles.push(v);
+        }
+        let density = draw(rng, r.density);
+        if density > 0.0 {
+            for arm in 0..4 {
+                let mut d = rng.random_range(8.0..20.0);
+                while d < 90.0 {
+                    let speed = draw(rng, c.target_speed);
+                    let turn = Turn::ALL[rng.random_range(0..3)];
+                    let route = IntersectionLayout::route(road, arm, turn);
+                    let state = at(&route, layout.approach - d, speed);
+                    let clear = vehicles
+                        .iter()
+                        .all(|v| (v.state.x - state.x).hypot(v.state.y - state.y) > 15.0);
+                    if clear {
+                        let mut v = Vehicle::new(road, state, speed, Driver::Idm);
+                        v.idm.time_wanted = draw(rng, r.time_wanted);
+                        v.idm.delta = draw(rng, r.delta);
+                        v.reaction_delay = (draw(rng, r.reaction_delay) * sim_hz).round() as usize;
+                        v.lane = route[0];
+                        v.target_lane = route[0];
+                        v.route = route;
+                        vehicles.push(v);
+                    }
+                    d += (10.0 + 2.0 * speed) * rng.random_range(1.0..3.0) / density;
+                }
+            }
+        }
+        let start_x = agents.iter().map(|&i| vehicles[i].state.x).collect();
+        self.episode = Episode::start(agents, start_x);
+        self.episode.route_s = start_s.clone();
+        self.episode.start_s = start_s;
+        self.episode.goal_s = goal_s;
+        self.traffic = Traffic { vehicles };
+    }
+
+    fn spawn_merge(&mut self) {
         let rng = &mut self.rng;
         let road = &*self.road;
         let r = &self.config.randomize;
@@ -565,15 +757,44 @@ impl Drive {
         let start_x = agents.iter().map(|&i| vehicles[i].state.x).collect();
         self.episode = Episode::start(agents, start_x);
         self.traffic = Traffic { vehicles };
-        if self.config.expert_reference {
-            self.episode.initial = Some(Arc::new(self.traffic.clone()));
+    }
+
+    /// Share of agent `agent`'s route covered, in [0, 1]: along x to `goal_x` on the merge
+    /// road, along its route's lanes to its exit on the intersection.
+    fn progress(&self, agent: usize) -> f64 {
+        let e = &self.episode;
+        match self.scenario {
+            Scenario::Merge => {
+                let x = self.traffic.vehicles[e.agents[agent]].state.x;
+                let x0 = e.start_x[agent];
+                ((x - x0) / (self.config.goal_x - x0)).clamp(0.0, 1.0)
+            }
+            Scenario::Intersection => {
+                let (s, s0, goal) = (e.route_s[agent], e.start_s[agent], e.goal_s[agent]);
+                ((s - s0) / (goal - s0)).clamp(0.0, 1.0)
+            }
         }
     }
 
-    fn progress(&self, agent: usize) -> f64 {
-        let x = self.traffic.vehicles[self.episode.agents[agent]].state.x;
-        let x0 = self.episode.start_x[agent];
-        ((x - x0) / (self.config.goal_x - x0)).clamp(0.0, 1.0)
+    /// Where agent `a` is along its route (m): the route's arc length at its projection on
+    /// the lane of its route it is on; unchanged while it is on none.
+    fn update_route_s(&mut self, a: usize) {
+        let v = &self.traffic.vehicles[self.episode.agents[a]];
+        if let Some(k) = v.route.iter().position(|&l| l == v.lane) {
+            let lane = &self.road.lanes[v.lane];
+            let s = lane.local(v.position()).0.clamp(0.0, lane.length());
+            self.episode.route_s[a] = self.road.route_offset(&v.route, k) + s;
+        }
+    }
+
+    /// Whether agent `a` has reached the end of its route.
+    fn reached_goal(&self, a: usize) -> bool {
+        match self.scenario {
+            Scenario::Merge => {
+                self.traffic.vehicles[self.episode.agents[a]].state.x >= self.config.goal_x
+            }
+            Scenario::Intersection => self.episode.route_s[a] >= self.episode.goal_s[a],
+        }
     }
 
     /// Mean route progress of the agents, in [0, 1].
@@ -611,12 +832,32 @@ impl Drive {
                 me.state.speed / 30.0,
                 wrap_to_pi(me.state.heading - lane.heading_at(s)),
                 r / lane.width,
-                (self.config.goal_x - me.state.x) / 100.0,
+                match self.scenario {
+                    Scenario::Merge => (self.config.goal_x - me.state.x) / 100.0,
+                    Scenario::Intersection => {
+                        (self.episode.goal_s[a] - self.episode.route_s[a]) / 100.0
+                    }
+                },
                 to_end,
             ]
             .map(|v| v as f32),
         );
         for side in [lane.left, Some(me.lane), lane.right] {
+            // On a route, the lane's points ahead follow the route through junctions.
+            if side == Some(me.lane) && !me.route.is_empty() {
+                out.push(1.0);
+                let k = me.route.iter().position(|&l| l == me.lane);
+                let s0 = match k {
+                    Some(k) => self.road.route_offset(&me.route, k) + s,
+                    None => self.episode.route_s[a],
+                };
+                for ahead in [0.0, 20.0, 40.0] {
+                    let (p, _) = road.along_route(&me.route, s0 + ahead);
+                    let d = to_frame([p[0] - me.state.x, p[1] - me.state.y]);
+                    out.push((d[1] / 10.0) as f32);
+                }
+                continue;
+            }
             let covered = side.filter(|&k| {
                 let lk = &road.lanes[k];
                 let (sk, _) = lk.local(me.position());
@@ -706,7 +947,10 @@ impl Drive {
             center[0] += p[0] / n;
             center[1] += p[1] / n;
         }
-        center[0] += self.config.raster_m / 4.0;
+        match self.scenario {
+            Scenario::Merge => center[0] += self.config.raster_m / 4.0,
+            Scenario::Intersection => center = [0.0, 0.0],
+        }
         let side = self.config.raster;
         Some(ImageObs {
             height: side,
@@ -739,9 +983,15 @@ impl Drive {
             actions: self.actions.clone(),
             road: Arc::clone(&self.road),
             mask: None,
+            scenario: self.scenario,
             layout: self.layout,
             traffic: (**initial).clone(),
-            episode: Episode::start(self.episode.agents.clone(), self.episode.start_x.clone()),
+            episode: Episode {
+                route_s: self.episode.start_s.clone(),
+                start_s: self.episode.start_s.clone(),
+                goal_s: self.episode.goal_s.clone(),
+                ..Episode::start(self.episode.agents.clone(), self.episode.start_x.clone())
+            },
             rng: seeding::rng(0),
         };
         let mut expert = crate::task::DriveExpert::new(crate::task::DriveExpertConfig::default());
@@ -868,7 +1118,15 @@ impl Env for Drive {
         let dt = 1.0 / f64::from(self.config.sim_hz);
         let road = Arc::clone(&self.road);
         let (mut failed, mut collided, mut left_road) = (false, false, false);
+        // highway-env's RegulatedRoad enforces its rules every int(sim_hz / 2) physics steps.
+        let regulation_period = (self.config.sim_hz / 2).max(1) as usize;
         for _ in 0..substeps {
+            if self.scenario == Scenario::Intersection {
+                self.episode.sim_steps += 1;
+                if self.episode.sim_steps.is_multiple_of(regulation_period) {
+                    self.traffic.regulate(&road);
+                }
+            }
             let mut commands = Vec::with_capacity(self.traffic.vehicles.len());
             for i in 0..self.traffic.vehicles.len() {
                 commands.push(match self.traffic.vehicles[i].driver {
@@ -905,8 +1163,11 @@ impl Env for Drive {
             if failed {
                 break;
             }
-            for (a, &i) in self.episode.agents.iter().enumerate() {
-                self.episode.arrived[a] |= self.traffic.vehicles[i].state.x >= self.config.goal_x;
+            for a in 0..self.config.agents {
+                if self.scenario == Scenario::Intersection {
+                    self.update_route_s(a);
+                }
+                self.episode.arrived[a] |= self.reached_goal(a);
             }
         }
         self.episode.collided |= collided;
@@ -1006,14 +1267,24 @@ impl Env for Drive {
         self.episode.steps
     }
 
-    /// Bird's-eye view of the 200 m around agent 0: lane edges, agents (orange, red once
-    /// crashed) and background vehicles (blue) as boxes, the goal line; y grows downwards as
-    /// in highway-env's frame. Lane edges are drawn inside that window only, so a viewer that
-    /// fits the view to what is drawn follows the agents down the road.
+    /// Bird's-eye view: lane edges, agents (orange, red once crashed) and background vehicles
+    /// (blue) as boxes, the goal line on the highway; y grows downwards as in highway-env's
+    /// frame. On the highway the window is the 200 m around agent 0, and lane edges are drawn
+    /// inside it only, so a viewer that fits the view to what is drawn follows the agents
+    /// down the road; on the intersection it is the 140 m square around the junction.
     fn scene(&self) -> Option<Scene2d> {
-        let me = self.traffic.vehicles[self.episode.agents[0]].state.x as f32;
-        let window = [me - 60.0, me + 140.0];
-        let mut scene = Scene2d::new([[window[0], -20.0], [window[1], 30.0]], true);
+        let bounds = match self.scenario {
+            Scenario::Merge => {
+                let me = self.traffic.vehicles[self.episode.agents[0]].state.x as f32;
+                [[me - 60.0, -20.0], [me + 140.0, 30.0]]
+            }
+            Scenario::Intersection => [[-70.0, -70.0], [70.0, 70.0]],
+        };
+        let inside = |p: [f32; 2]| {
+            (bounds[0][0]..=bounds[1][0]).contains(&p[0])
+                && (bounds[0][1]..=bounds[1][1]).contains(&p[1])
+        };
+        let mut scene = Scene2d::new(bounds, true);
         let mut k = 0;
         for lane in &self.road.lanes {
             for side in [-0.5, 0.5] {
@@ -1024,7 +1295,7 @@ impl Env for Drive {
                             lane.position(lane.length() * i as f64 / n as f64, side * lane.width);
                         [p[0] as f32, p[1] as f32]
                     })
-                    .filter(|p| (window[0]..=window[1]).contains(&p[0]))
+                    .filter(|&p| inside(p))
                     .collect();
                 if let Some(&name) = LANE_NAMES.get(k) {
                     scene.push(
@@ -1038,12 +1309,11 @@ impl Env for Drive {
                 k += 1;
             }
         }
-        let inside = |x: f32| (window[0]..=window[1]).contains(&x);
         let g = self.config.goal_x as f32;
         scene.push(
             "goal",
             Shape2d::LineStrip {
-                points: if inside(g) {
+                points: if self.scenario == Scenario::Merge && inside([g, 0.0]) {
                     vec![[g, -2.0], [g, 4.0 * self.layout.lanes as f32 - 2.0]]
                 } else {
                     Vec::new()
@@ -1061,7 +1331,7 @@ impl Env for Drive {
                 scene.push(
                     name,
                     Shape2d::Polygon {
-                        points: if inside(v.state.x as f32) {
+                        points: if inside([v.state.x as f32, v.state.y as f32]) {
                             v.corners().map(|c| [c[0] as f32, c[1] as f32]).to_vec()
                         } else {
                             Vec::new()
@@ -1124,6 +1394,84 @@ mod tests {
                 assert!((0..agents).all(|a| !env.off_road(a) && !env.crashed(a)));
             }
         }
+    }
+
+    /// The intersection: seeded resets, exact replays from a snapshot (the right-of-way
+    /// rules' timing included), every agent on the first lane of its route and nobody
+    /// overlapping at the start, `turns` honoured, and progress along the route.
+    #[test]
+    fn intersection_scenes_are_seeded_replay_exactly_and_follow_the_turns() {
+        let mut env = Drive::with_scenario(Scenario::Intersection, DriveConfig::default());
+        assert_eq!(env.reset(7), env.reset(7));
+        assert_ne!(env.reset(7), env.reset(8));
+        for seed in 0..50 {
+            env.reset(seed);
+            let n = env.traffic().vehicles.len();
+            assert!(n > 4, "seed {seed}: only {n} vehicles");
+            for i in 0..n {
+                for j in i + 1..n {
+                    assert!(!env.traffic().colliding(i, j), "seed {seed}: {i} {j}");
+                }
+            }
+            for a in 0..2 {
+                let v = &env.traffic().vehicles[env.agent_vehicle(a)];
+                assert_eq!(v.route.len(), 3);
+                assert_eq!(v.lane, v.route[0], "seed {seed} agent {a}");
+                assert!(!env.off_road(a));
+            }
+        }
+        use diffrl_core::task::Expert as _;
+        let mut expert = crate::task::DriveExpert::new(Default::default());
+        env.reset(3);
+        for _ in 0..5 {
+            env.step(&expert.act(&env)).unwrap();
+        }
+        // The expert remembers its target lanes: each replay starts from a copy of it.
+        let (snap, at_snap) = (env.snapshot(), expert.clone());
+        let drive = |env: &mut Drive| {
+            let (mut expert, mut steps) = (at_snap.clone(), Vec::new());
+            while steps.len() < 20 && !steps.last().is_some_and(|r: &StepResult| r.terminated) {
+                steps.push(env.step(&expert.act(env)).unwrap());
+            }
+            steps
+        };
+        let first = drive(&mut env);
+        env.restore(&snap);
+        assert_eq!(first, drive(&mut env));
+
+        // Agent 0 enters from the south, agent 1 from the east; their exits follow the turns.
+        let config = DriveConfig {
+            intersection: IntersectionConfig {
+                turns: vec![Turn::Left, Turn::Right],
+                ..IntersectionConfig::default()
+            },
+            ..DriveConfig::default()
+        };
+        let mut env = Drive::with_scenario(Scenario::Intersection, config);
+        let names: Vec<Vec<&str>> = (0..2)
+            .map(|a| {
+                let v = &env.traffic().vehicles[env.agent_vehicle(a)];
+                v.route
+                    .iter()
+                    .map(|&l| env.road().lanes[l].name.as_str())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(names[0], ["s-in", "s>w", "w-out"]);
+        assert_eq!(names[1], ["e-in", "e>n", "n-out"]);
+        let before = env.score();
+        let r = env.step(&[0.5, 0.0, 0.5, 0.0]).unwrap();
+        assert!(env.score() > before, "{} -> {}", before, env.score());
+        assert!(r.reward > 0.0);
+        let bad = DriveConfig {
+            intersection: IntersectionConfig {
+                turns: vec![Turn::Left],
+                ..IntersectionConfig::default()
+            },
+            ..DriveConfig::default()
+        };
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("intersection.turns"), "{e}");
     }
 
     #[test]

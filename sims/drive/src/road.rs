@@ -36,6 +36,11 @@ pub struct LaneSpec {
     /// and past it there is no road.
     #[serde(default)]
     pub ends: bool,
+    /// Right of way where lanes cross (highway-env's lane `priority`): where two vehicles'
+    /// predicted paths conflict, the one on the lower-priority lane yields, and on equal
+    /// priorities the one behind ([`crate::traffic::Traffic::regulate`]). Default 0.
+    #[serde(default)]
+    pub priority: i32,
 }
 
 /// Why a set of lanes is not a road.
@@ -130,6 +135,8 @@ pub struct Lane {
     pub right: Option<usize>,
     /// Whether the lane ends in a barrier.
     pub ends: bool,
+    /// Right of way where lanes cross ([`LaneSpec::priority`]).
+    pub priority: i32,
     /// Arc length at each point.
     cumulative: Vec<f64>,
 }
@@ -301,6 +308,7 @@ impl Road {
                 left: side("left", &spec.left)?,
                 right: side("right", &spec.right)?,
                 ends: spec.ends,
+                priority: spec.priority,
                 cumulative,
             });
         }
@@ -354,6 +362,46 @@ impl Road {
     /// The index of the lane called `name`.
     pub fn lane_named(&self, name: &str) -> Option<usize> {
         self.lanes.iter().position(|l| l.name == name)
+    }
+
+    /// The point and heading at arc length `s` along `route` (lanes in driving order, each
+    /// starting where the previous one ends): past the last lane its end segment extends.
+    pub fn along_route(&self, route: &[usize], s: f64) -> ([f64; 2], f64) {
+        let mut s = s;
+        for (k, &lane) in route.iter().enumerate() {
+            let l = &self.lanes[lane];
+            if s <= l.length() || k + 1 == route.len() {
+                return (l.position(s, 0.0), l.heading_at(s));
+            }
+            s -= l.length();
+        }
+        ([0.0; 2], 0.0)
+    }
+
+    /// Arc length along `route` at which its `k`-th lane starts.
+    pub fn route_offset(&self, route: &[usize], k: usize) -> f64 {
+        route[..k.min(route.len())]
+            .iter()
+            .map(|&l| self.lanes[l].length())
+            .sum()
+    }
+
+    /// The lane of `lanes` nearest `p` in highway-env's distance plus heading difference, if
+    /// `p` lies on it (within half its width plus 1 m, between one vehicle length before its
+    /// start and one after its end); else the closest lane of the road. Vehicles on a route
+    /// take their lane from it, so that near a junction, where several lanes leave the same
+    /// point with the same heading, they stay on the one they follow.
+    pub fn closest_lane_among(&self, lanes: &[usize], p: [f64; 2], heading: f64) -> usize {
+        let mut best = (f64::INFINITY, None);
+        for &i in lanes {
+            let lane = &self.lanes[i];
+            let (s, r) = lane.local(p);
+            let d = lane.distance_with_heading(p, heading);
+            if lane.on_lane(s, r, 1.0) && d < best.0 {
+                best = (d, Some(i));
+            }
+        }
+        best.1.unwrap_or_else(|| self.closest_lane(p, heading))
     }
 }
 
@@ -417,6 +465,7 @@ impl MergeLayout {
                 left: (i > 0).then(|| format!("main-{}", i - 1)),
                 right: (i + 1 < n).then(|| format!("main-{}", i + 1)),
                 ends: false,
+                priority: 0,
             })
             .collect();
         // highway-env's SineLane from the end of the straight ramp: offset
@@ -442,6 +491,7 @@ impl MergeLayout {
             left: None,
             right: None,
             ends: false,
+            priority: 0,
         });
         let x0 = self.approach + self.converge;
         specs.push(LaneSpec {
@@ -452,7 +502,196 @@ impl MergeLayout {
             left: Some(format!("main-{}", n - 1)),
             right: None,
             ends: true,
+            priority: 0,
         });
+        specs
+    }
+}
+
+/// The four arms of a [`IntersectionLayout`], counter-clockwise on screen (y grows
+/// downwards): east, north, west, south. Each arm's unit vector points from the centre out.
+pub const ARMS: [(&str, [f64; 2]); 4] = [
+    ("e", [1.0, 0.0]),
+    ("n", [0.0, -1.0]),
+    ("w", [-1.0, 0.0]),
+    ("s", [0.0, 1.0]),
+];
+
+/// Where a route through an intersection turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Turn {
+    /// To the arm on the right.
+    Right,
+    /// To the opposite arm.
+    Straight,
+    /// To the arm on the left.
+    Left,
+}
+
+impl Turn {
+    /// All three, in this order.
+    pub const ALL: [Turn; 3] = [Turn::Right, Turn::Straight, Turn::Left];
+
+    /// The arm (index into [`ARMS`]) a vehicle entering from arm `from` leaves by.
+    pub fn exit_arm(self, from: usize) -> usize {
+        // Entering from the east (driving west), the arm on the right is the north one: the
+        // next in ARMS' counter-clockwise order.
+        match self {
+            Turn::Right => (from + 1) % 4,
+            Turn::Straight => (from + 2) % 4,
+            Turn::Left => (from + 3) % 4,
+        }
+    }
+}
+
+/// A four-way intersection of two roads with one lane each way (right-hand traffic), in the
+/// road frame of the other scenarios (y grows to the right of travel along +x, so downwards on
+/// screen): arms east, north, west and south (`ARMS`), each with an incoming lane `{arm}-in`
+/// that ends at the junction box and an outgoing lane `{arm}-out` that starts there, and a
+/// connector `{from}>{to}` from every incoming lane to the outgoing lanes of the three other
+/// arms (cubic Bezier curves tangent to both, sampled every ~1 m). The east-west road has
+/// priority: its incoming lanes and connectors priority 2, the north-south road's 1, and the
+/// outgoing lanes 3 (a vehicle leaving the junction never yields).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IntersectionLayout {
+    /// Lane width (m).
+    pub lane_width: f64,
+    /// Half the side of the junction box (m): incoming lanes end and outgoing lanes start this
+    /// far from the centre.
+    pub half: f64,
+    /// Length of each arm's lanes outside the box (m).
+    pub approach: f64,
+}
+
+impl Default for IntersectionLayout {
+    /// Lanes 4 m wide, a 24 m junction box (right turns of radius ~10 m, left ones ~14 m),
+    /// arms 120 m long.
+    fn default() -> Self {
+        Self {
+            lane_width: 4.0,
+            half: 12.0,
+            approach: 120.0,
+        }
+    }
+}
+
+impl IntersectionLayout {
+    /// Name of the incoming lane of arm `arm`.
+    pub fn incoming(arm: usize) -> String {
+        format!("{}-in", ARMS[arm].0)
+    }
+
+    /// Name of the outgoing lane of arm `arm`.
+    pub fn outgoing(arm: usize) -> String {
+        format!("{}-out", ARMS[arm].0)
+    }
+
+    /// Name of the connector from arm `from` to arm `to`.
+    pub fn connector(from: usize, to: usize) -> String {
+        format!("{}>{}", ARMS[from].0, ARMS[to].0)
+    }
+
+    /// Whether arm `arm` belongs to the priority (east-west) road.
+    pub fn major(arm: usize) -> bool {
+        arm.is_multiple_of(2)
+    }
+
+    /// The lanes of a route from arm `from` turning `turn`: incoming, connector, outgoing.
+    pub fn route(road: &Road, from: usize, turn: Turn) -> Vec<usize> {
+        let to = turn.exit_arm(from);
+        [
+            Self::incoming(from),
+            Self::connector(from, to),
+            Self::outgoing(to),
+        ]
+        .iter()
+        .map(|n| {
+            road.lane_named(n)
+                .expect("the intersection has every route")
+        })
+        .collect()
+    }
+
+    /// The lanes (module docs of [`IntersectionLayout`]).
+    pub fn specs(&self) -> Vec<LaneSpec> {
+        let (w, h, l) = (self.lane_width, self.half, self.approach);
+        let at = |u: [f64; 2], along: f64, side: [f64; 2]| {
+            [
+                u[0] * along + side[0] * w / 2.0,
+                u[1] * along + side[1] * w / 2.0,
+            ]
+        };
+        // The right of travel direction d is (-d_y, d_x) in this frame.
+        let in_side = |u: [f64; 2]| [u[1], -u[0]];
+        let out_side = |u: [f64; 2]| [-u[1], u[0]];
+        let lane = |name: String, points, priority, next| LaneSpec {
+            name,
+            points,
+            width: w,
+            next,
+            left: None,
+            right: None,
+            ends: false,
+            priority,
+        };
+        let mut specs = Vec::new();
+        for (arm, &(_, u)) in ARMS.iter().enumerate() {
+            let priority = if Self::major(arm) { 2 } else { 1 };
+            let next = Turn::ALL
+                .iter()
+                .map(|t| Self::connector(arm, t.exit_arm(arm)))
+                .collect();
+            specs.push(lane(
+                Self::incoming(arm),
+                vec![at(u, h + l, in_side(u)), at(u, h, in_side(u))],
+                priority,
+                next,
+            ));
+            specs.push(lane(
+                Self::outgoing(arm),
+                vec![at(u, h, out_side(u)), at(u, h + l, out_side(u))],
+                3,
+                Vec::new(),
+            ));
+        }
+        for (from, &(_, u)) in ARMS.iter().enumerate() {
+            let priority = if Self::major(from) { 2 } else { 1 };
+            for turn in Turn::ALL {
+                let to = turn.exit_arm(from);
+                let v = ARMS[to].1;
+                let p0 = at(u, h, in_side(u));
+                let p3 = at(v, h, out_side(v));
+                let chord = (p3[0] - p0[0]).hypot(p3[1] - p0[1]);
+                let points = if turn == Turn::Straight {
+                    vec![p0, p3]
+                } else {
+                    // A quarter circle of radius chord / sqrt 2, approximated by the usual
+                    // cubic with handles 0.5523 x the radius along the end headings.
+                    let k = 0.5523 * chord / std::f64::consts::SQRT_2;
+                    let p1 = [p0[0] - u[0] * k, p0[1] - u[1] * k];
+                    let p2 = [p3[0] - v[0] * k, p3[1] - v[1] * k];
+                    let n = chord.ceil().max(4.0) as usize;
+                    (0..=n)
+                        .map(|i| {
+                            let t = i as f64 / n as f64;
+                            let m = 1.0 - t;
+                            let b = [m * m * m, 3.0 * m * m * t, 3.0 * m * t * t, t * t * t];
+                            [
+                                b[0] * p0[0] + b[1] * p1[0] + b[2] * p2[0] + b[3] * p3[0],
+                                b[0] * p0[1] + b[1] * p1[1] + b[2] * p2[1] + b[3] * p3[1],
+                            ]
+                        })
+                        .collect()
+                };
+                specs.push(lane(
+                    Self::connector(from, to),
+                    points,
+                    priority,
+                    vec![Self::outgoing(to)],
+                ));
+            }
+        }
         specs
     }
 }
@@ -470,6 +709,7 @@ mod tests {
             left: None,
             right: None,
             ends: false,
+            priority: 0,
         }
     }
 
@@ -506,6 +746,59 @@ mod tests {
         assert!(road.on_road([100.0, 14.5]) && !road.on_road([100.0, 10.0]));
         assert!(!road.on_road([layout.merge_end() + 1.0, 8.0]));
         assert_eq!(road.closest_lane([50.0, 3.9], 0.0), 1);
+    }
+
+    /// The intersection: 4 incoming, 4 outgoing lanes and 12 connectors, every route there,
+    /// lanes meeting their successors and turning smoothly (no kink above 10 degrees between
+    /// consecutive segments of a route), right turns the shortest way through.
+    #[test]
+    fn the_intersection_connects_every_arm_to_the_three_others_smoothly() {
+        let layout = IntersectionLayout::default();
+        let road = Road::new(&layout.specs()).unwrap();
+        assert_eq!(road.lanes.len(), 20);
+        for from in 0..4 {
+            let mut lengths = Vec::new();
+            for turn in Turn::ALL {
+                let route = IntersectionLayout::route(&road, from, turn);
+                let connector = &road.lanes[route[1]];
+                lengths.push(connector.length());
+                let mut points: Vec<[f64; 2]> = Vec::new();
+                for &l in &route {
+                    points.extend(&road.lanes[l].points);
+                }
+                points.dedup_by(|a, b| (a[0] - b[0]).hypot(a[1] - b[1]) < 1e-9);
+                for w in points.windows(3) {
+                    let h0 = (w[1][1] - w[0][1]).atan2(w[1][0] - w[0][0]);
+                    let h1 = (w[2][1] - w[1][1]).atan2(w[2][0] - w[1][0]);
+                    let kink = wrap_to_pi(h1 - h0).abs().to_degrees();
+                    assert!(kink < 10.0, "{}: {kink} degrees", connector.name);
+                }
+                let turned = wrap_to_pi(
+                    road.lanes[route[2]].heading_at(0.0) - road.lanes[route[0]].heading_at(0.0),
+                );
+                let expected = match turn {
+                    // y grows downwards on screen: a right (clockwise) turn is a positive
+                    // rotation here.
+                    Turn::Right => std::f64::consts::FRAC_PI_2,
+                    Turn::Straight => 0.0,
+                    Turn::Left => -std::f64::consts::FRAC_PI_2,
+                };
+                assert!((turned - expected).abs() < 1e-9, "{}", connector.name);
+            }
+            assert!(
+                lengths[0] < lengths[2] && lengths[0] < lengths[1],
+                "{lengths:?}"
+            );
+            let major = road.lanes[road
+                .lane_named(&IntersectionLayout::incoming(from))
+                .unwrap()]
+            .priority;
+            assert_eq!(major, if from % 2 == 0 { 2 } else { 1 });
+        }
+        let route = IntersectionLayout::route(&road, 0, Turn::Straight);
+        let (p, heading) = road.along_route(&route, road.route_offset(&route, 1) + 12.0);
+        assert!(p[0].abs() < 1e-9 && (p[1] + 2.0).abs() < 1e-9, "{p:?}");
+        assert!((heading.abs() - std::f64::consts::PI).abs() < 1e-9);
     }
 
     #[test]

@@ -67,6 +67,14 @@ pub struct Vehicle {
     pub reaction_delay: usize,
     /// Commands waiting for their effect, oldest first.
     pub pending: std::collections::VecDeque<f64>,
+    /// The lanes it means to drive, in order (empty: the first successor at each lane's end,
+    /// as on the merge road). Its lane is taken from these while it is on one of them
+    /// ([`Road::closest_lane_among`]), and leaders are searched along them.
+    pub route: Vec<usize>,
+    /// The speed it cruises at when not yielding (m/s): `target_speed` returns to it.
+    pub cruise_speed: f64,
+    /// Whether it is yielding at a junction ([`Traffic::regulate`]; target speed 0).
+    pub yielding: bool,
 }
 
 impl Vehicle {
@@ -85,7 +93,16 @@ impl Vehicle {
             driver,
             reaction_delay: 0,
             pending: std::collections::VecDeque::new(),
+            route: Vec::new(),
+            cruise_speed: target_speed,
+            yielding: false,
         }
+    }
+
+    /// The lane after `lane` on this vehicle's route, if `lane` is on it and not its last.
+    pub fn route_next(&self, lane: usize) -> Option<usize> {
+        let k = self.route.iter().position(|&l| l == lane)?;
+        self.route.get(k + 1).copied()
     }
 
     /// Position (m).
@@ -162,8 +179,9 @@ fn idm_towards(
 impl Traffic {
     /// highway-env's `Road.neighbour_vehicles` with connected lanes: the nearest vehicle at or
     /// ahead of `ego`'s projection on `lane` and the nearest behind it, among vehicles on the
-    /// lane (1 m margin), its successors (arc length shifted by the lane's length) and its
-    /// predecessors; a lane that ends contributes its barrier as a leader.
+    /// lane (1 m margin), its successors (arc length shifted by the lane's length; only the
+    /// next lane of `ego`'s route when it has one there) and its predecessors; a lane that
+    /// ends contributes its barrier as a leader.
     pub fn neighbours(
         &self,
         road: &Road,
@@ -173,7 +191,10 @@ impl Traffic {
         let l = &road.lanes[lane];
         let s = l.local(self.vehicles[ego].position()).0;
         let mut search: Vec<(usize, f64)> = vec![(lane, 0.0)];
-        search.extend(l.next.iter().map(|&n| (n, l.length())));
+        match self.vehicles[ego].route_next(lane) {
+            Some(n) => search.push((n, l.length())),
+            None => search.extend(l.next.iter().map(|&n| (n, l.length()))),
+        }
         search.extend(road.previous(lane).map(|p| (p, -road.lanes[p].length())));
         let mut front: Option<(f64, Neighbour)> = None;
         let mut rear: Option<(f64, Neighbour)> = None;
@@ -301,14 +322,23 @@ impl Traffic {
     }
 
     /// highway-env's `follow_road`: past the end of its target lane (half a length before it),
-    /// a vehicle targets the lane's first successor.
+    /// a vehicle targets the next lane of its route, or without one the lane's first
+    /// successor.
     pub fn follow_road(&mut self, road: &Road, ego: usize) {
         let v = &mut self.vehicles[ego];
-        let l = &road.lanes[v.target_lane];
-        if l.local(v.position()).0 > l.length() - LENGTH / 2.0
-            && let Some(&n) = l.next.first()
-        {
+        if let Some(n) = Self::next_target(road, v, v.target_lane) {
             v.target_lane = n;
+        }
+    }
+
+    /// The lane vehicle `v` should target instead of `target` once it is half a length from
+    /// `target`'s end ([`Traffic::follow_road`]); None: keep `target`.
+    pub fn next_target(road: &Road, v: &Vehicle, target: usize) -> Option<usize> {
+        let l = &road.lanes[target];
+        if l.local(v.position()).0 > l.length() - LENGTH / 2.0 {
+            v.route_next(target).or_else(|| l.next.first().copied())
+        } else {
+            None
         }
     }
 
@@ -375,11 +405,19 @@ impl Traffic {
         for (v, a) in self.vehicles.iter_mut().zip(actions) {
             let (steering, acceleration) = if v.crashed {
                 (0.0, -v.state.speed)
+            } else if v.driver == Driver::Idm && !v.route.is_empty() {
+                // Background drivers on a route (through a junction) stop instead of
+                // reversing when the IDM brakes them at a standstill.
+                (a[0], a[1].max(-v.state.speed.max(0.0) / dt))
             } else {
                 (a[0], a[1])
             };
             v.state = v.state.step(steering, acceleration, dt);
-            v.lane = road.closest_lane(v.position(), v.state.heading);
+            v.lane = if v.route.is_empty() {
+                road.closest_lane(v.position(), v.state.heading)
+            } else {
+                road.closest_lane_among(&v.route, v.position(), v.state.heading)
+            };
             v.timer += dt;
         }
         let n = self.vehicles.len();
@@ -400,6 +438,126 @@ impl Traffic {
             }
         }
         pairs
+    }
+
+    /// Where vehicle `i` will be after each of `times` (s) at its current speed along its
+    /// route (or its lane), on the centre line: highway-env's
+    /// `predict_trajectory_constant_speed`. Points and headings.
+    pub fn predict_constant_speed(
+        &self,
+        road: &Road,
+        i: usize,
+        times: &[f64],
+    ) -> Vec<([f64; 2], f64)> {
+        self.predict_at_speed(road, i, self.vehicles[i].state.speed, times)
+    }
+
+    /// [`Traffic::predict_constant_speed`] with vehicle `i` driving at `speed` (m/s).
+    pub fn predict_at_speed(
+        &self,
+        road: &Road,
+        i: usize,
+        speed: f64,
+        times: &[f64],
+    ) -> Vec<([f64; 2], f64)> {
+        let v = &self.vehicles[i];
+        let on_route = v.route.iter().position(|&l| l == v.lane);
+        let (route, k) = match on_route {
+            Some(k) => (&v.route[..], k),
+            None => (std::slice::from_ref(&v.lane), 0),
+        };
+        let s0 = road.route_offset(route, k) + road.lanes[v.lane].local(v.position()).0;
+        times
+            .iter()
+            .map(|t| road.along_route(route, s0 + speed * t))
+            .collect()
+    }
+
+    /// highway-env's `RegulatedRoad.is_conflict_possible`: whether vehicles `i` and `j`, each
+    /// driving on at constant speed along its route, come within a vehicle length of each
+    /// other with boxes of 1.5 x their length and 0.9 x their width overlapping, at any of
+    /// 0.25, 0.5, ... 2.75 s ahead.
+    pub fn conflict_possible(&self, road: &Road, i: usize, j: usize) -> bool {
+        let speeds = [i, j].map(|k| self.vehicles[k].state.speed);
+        self.conflict_at_speeds(road, [i, j], speeds, 11)
+    }
+
+    /// Whether vehicles `pair`, driving on along their routes at `speeds` (m/s), come within
+    /// a vehicle length of each other with boxes of 1.5 x their length and 0.9 x their width
+    /// overlapping at any of `steps` instants 0.25 s apart from 0.25 s on
+    /// ([`Traffic::conflict_possible`] with 11 steps at their current speeds).
+    pub fn conflict_at_speeds(
+        &self,
+        road: &Road,
+        pair: [usize; 2],
+        speeds: [f64; 2],
+        steps: usize,
+    ) -> bool {
+        let times: Vec<f64> = (1..=steps).map(|k| 0.25 * k as f64).collect();
+        let a = self.predict_at_speed(road, pair[0], speeds[0], &times);
+        let b = self.predict_at_speed(road, pair[1], speeds[1], &times);
+        let half = Cuboid::new(Vector::new(
+            (1.5 * LENGTH / 2.0) as f32,
+            (0.9 * WIDTH / 2.0) as f32,
+        ));
+        a.iter().zip(&b).any(|(&(pa, ha), &(pb, hb))| {
+            let d = [pb[0] - pa[0], pb[1] - pa[1]];
+            if d[0].hypot(d[1]) > LENGTH {
+                return false;
+            }
+            let posa = Pose::new(Vector::ZERO, ha as f32);
+            let posb = Pose::new(Vector::new(d[0] as f32, d[1] as f32), hb as f32);
+            intersection_test(&posa, &half, &posb, &half).is_ok_and(|r| r.intersecting)
+        })
+    }
+
+    /// highway-env's `RegulatedRoad.respect_priorities`: which of vehicles `i` and `j` yields
+    /// in a conflict. The one on the lane of lower [`priority`](crate::road::Lane::priority);
+    /// on equal priorities the one behind (the other lies further ahead along its heading
+    /// than it lies ahead along the other's).
+    pub fn yielding_of(&self, road: &Road, i: usize, j: usize) -> usize {
+        let (a, b) = (&self.vehicles[i], &self.vehicles[j]);
+        let (pa, pb) = (road.lanes[a.lane].priority, road.lanes[b.lane].priority);
+        if pa != pb {
+            return if pa < pb { i } else { j };
+        }
+        let front = |from: &Vehicle, to: &Vehicle| {
+            let (s, c) = from.state.heading.sin_cos();
+            (to.state.x - from.state.x) * c + (to.state.y - from.state.y) * s
+        };
+        if front(a, b) > front(b, a) { i } else { j }
+    }
+
+    /// highway-env's `RegulatedRoad.enforce_road_rules` with its default `YIELD_DURATION` of 0:
+    /// every background driver that yielded stops yielding (its target speed back to its
+    /// cruise speed); then for every pair whose paths may conflict
+    /// ([`Traffic::conflict_possible`]), the one that must yield ([`Traffic::yielding_of`]),
+    /// if it is a background driver, yields: target speed 0 until the next call. Crashed
+    /// vehicles take no part. Controlled agents never yield here (their policy decides).
+    pub fn regulate(&mut self, road: &Road) {
+        for v in &mut self.vehicles {
+            if v.yielding {
+                v.yielding = false;
+                v.target_speed = v.cruise_speed;
+            }
+        }
+        let n = self.vehicles.len();
+        for i in 0..n {
+            for j in i + 1..n {
+                if self.vehicles[i].crashed
+                    || self.vehicles[j].crashed
+                    || !self.conflict_possible(road, i, j)
+                {
+                    continue;
+                }
+                let y = self.yielding_of(road, i, j);
+                let v = &mut self.vehicles[y];
+                if v.driver == Driver::Idm {
+                    v.yielding = true;
+                    v.target_speed = 0.0;
+                }
+            }
+        }
     }
 
     /// Whether the boxes of vehicles `i` and `j` overlap.
@@ -441,6 +599,79 @@ mod tests {
             speed,
             Driver::Idm,
         )
+    }
+
+    /// highway-env's right of way on the intersection: a minor-road car and a priority-road
+    /// car heading for the same spot of the junction at the same time conflict, the minor one
+    /// yields (target speed 0) and the other does not; they then cross without colliding, the
+    /// minor one after the other. Far apart in time, neither yields.
+    #[test]
+    fn the_minor_road_yields_to_the_priority_road_and_nobody_collides() {
+        use crate::road::{IntersectionLayout, Turn};
+        let road = Road::new(&IntersectionLayout::default().specs()).unwrap();
+        let on_route = |from: usize, turn: Turn, before: f64, speed: f64| {
+            let route = IntersectionLayout::route(&road, from, turn);
+            let s = road.lanes[route[0]].length() - before;
+            let (p, heading) = road.along_route(&route, s);
+            let state = VehicleState {
+                x: p[0],
+                y: p[1],
+                heading,
+                speed,
+            };
+            let mut v = Vehicle::new(&road, state, speed, Driver::Idm);
+            v.lane = route[0];
+            v.target_lane = route[0];
+            v.route = route;
+            v
+        };
+        // South (minor) going straight north, east (major) going straight west: both reach
+        // the crossing at x = 2, y = -2 (the east car's lane) after about 14 m at 10 m/s.
+        let mut traffic = Traffic {
+            vehicles: vec![
+                on_route(3, Turn::Straight, 2.0, 10.0),
+                on_route(0, Turn::Straight, 0.0, 10.0),
+            ],
+        };
+        assert!(traffic.conflict_possible(&road, 0, 1));
+        assert_eq!(traffic.yielding_of(&road, 0, 1), 0);
+        traffic.regulate(&road);
+        assert!(traffic.vehicles[0].yielding && traffic.vehicles[0].target_speed == 0.0);
+        assert!(!traffic.vehicles[1].yielding);
+        let dt = 1.0 / 15.0;
+        let mut crossed_after = None;
+        for step in 1..=300 {
+            if step % 7 == 0 {
+                traffic.regulate(&road);
+            }
+            let actions: Vec<[f64; 2]> = (0..2).map(|i| traffic.idm_action(&road, i)).collect();
+            assert!(
+                traffic.step(&road, &actions, dt).is_empty(),
+                "collision at step {step}"
+            );
+            // The minor car is past the crossing once its y is below the east car's lane.
+            if crossed_after.is_none() && traffic.vehicles[0].state.y < -4.0 {
+                crossed_after = Some(traffic.vehicles[1].state.x);
+            }
+        }
+        let east_x = crossed_after.expect("the minor car never crossed");
+        assert!(
+            east_x < 0.0,
+            "the minor car crossed before the other (its x {east_x})"
+        );
+        assert!(
+            traffic.vehicles[0].state.y < -30.0,
+            "{:?}",
+            traffic.vehicles[0].state
+        );
+
+        let far = Traffic {
+            vehicles: vec![
+                on_route(3, Turn::Straight, 2.0, 10.0),
+                on_route(0, Turn::Straight, 80.0, 10.0),
+            ],
+        };
+        assert!(!far.conflict_possible(&road, 0, 1));
     }
 
     #[test]
