@@ -509,11 +509,11 @@ fn highway_merge_runs_from_its_embedded_config() {
     assert!(e.contains("cannot start from a given state"), "{e}");
 }
 
-/// intersection runs from its embedded config: `diffrl sim --expert --json` prints the agents'
-/// poses each step and the expert brings both agents across on seed 0; `turns` in a config
-/// picks the routes, and a wrong one is refused naming the table and the accepted values.
+/// intersection and roundabout run from their embedded configs: `diffrl sim --expert --json`
+/// prints the agents' poses each step and the expert brings both agents through; `turns` in a
+/// config picks the routes, and a wrong one is refused naming the value and the accepted ones.
 #[test]
-fn intersection_runs_from_its_embedded_config() {
+fn junctions_run_from_their_embedded_configs() {
     let out = cli(&["sim", "intersection", "--seed", "0", "--expert", "--json"]).unwrap();
     let lines = json_lines(&out);
     assert!(
@@ -528,11 +528,16 @@ fn intersection_runs_from_its_embedded_config() {
     let config = dir.path().join("bad.toml");
     std::fs::write(
         &config,
-        "task = \"intersection\"\n[env.intersection]\nturns = [\"left\", \"backwards\"]\n",
+        "task = \"intersection\"\n[env.junction]\nturns = [\"left\", \"backwards\"]\n",
     )
     .unwrap();
     let e = cli(&["sim", "intersection", "--config", config.to_str().unwrap()]).unwrap_err();
     assert!(e.contains("backwards") && e.contains("straight"), "{e}");
+    // The roundabout shares the table; on its seed 2 the expert brings both agents round.
+    let out = cli(&["sim", "roundabout", "--seed", "2", "--expert", "--json"]).unwrap();
+    let last = json_lines(&out).pop().unwrap();
+    assert_eq!(last["agents"].as_array().unwrap().len(), 8, "{last}");
+    assert_eq!(last["success"], true, "{last}");
 }
 
 /// Writes the highway-merge config `toml` as `dir/name` and records 2 expert episodes with it

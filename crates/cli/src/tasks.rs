@@ -66,6 +66,13 @@ fn builtin(tasks: &mut Tasks) {
             text: include_str!("../../../configs/intersection.toml"),
         }),
     );
+    tasks.add(
+        diffrl_drive::task::DriveTask::ROUNDABOUT,
+        Some(DefaultConfig {
+            origin: "configs/roundabout.toml",
+            text: include_str!("../../../configs/roundabout.toml"),
+        }),
+    );
 }
 
 /// A task's embedded default run config.

@@ -39,7 +39,7 @@ use std::sync::{Arc, LazyLock};
 
 use crate::kinematics::{VehicleState, rollout};
 use crate::raster::RoadMask;
-use crate::road::{IntersectionLayout, MergeLayout, Road, Turn, wrap_to_pi};
+use crate::road::{IntersectionLayout, MergeLayout, Road, RoundaboutLayout, Turn, wrap_to_pi};
 use crate::traffic::{Driver, Traffic, Vehicle};
 
 /// Largest acceleration command (m/s^2): highway-env's `ContinuousAction.acceleration_range`.
@@ -194,8 +194,8 @@ pub struct DriveConfig {
     /// mean position on the highway (at the junction's centre on the intersection), axes
     /// along the road frame's x and y.
     pub raster_m: f64,
-    /// The `intersection` task's scene (ignored by `highway-merge`).
-    pub intersection: IntersectionConfig,
+    /// The scenes of the `intersection` and `roundabout` tasks (ignored by `highway-merge`).
+    pub junction: JunctionConfig,
 }
 
 /// Which road a [`Drive`] scenario runs on; the task chooses it.
@@ -206,13 +206,25 @@ pub enum Scenario {
     Merge,
     /// `intersection`: a four-way junction with a priority road ([`IntersectionLayout`]).
     Intersection,
+    /// `roundabout`: a single-lane roundabout with four arms ([`RoundaboutLayout`]).
+    Roundabout,
 }
 
-/// The `[env.intersection]` table: how the `intersection` task fills its scenes.
+impl Scenario {
+    /// Whether vehicles drive routes through a junction under right-of-way rules (the
+    /// intersection and the roundabout).
+    pub fn junction(self) -> bool {
+        matches!(self, Scenario::Intersection | Scenario::Roundabout)
+    }
+}
+
+/// The `[env.junction]` table: how the `intersection` and `roundabout` tasks fill their
+/// scenes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct IntersectionConfig {
-    /// Agents start this far (m, drawn in the range) before the junction box.
+pub struct JunctionConfig {
+    /// Agents start this far (m, drawn in the range) before the end of their incoming lane (the
+    /// intersection's junction box, the roundabout's entry).
     pub start: [f64; 2],
     /// Agents' initial speed (m/s, drawn in the range).
     pub agent_speed: [f64; 2],
@@ -220,12 +232,12 @@ pub struct IntersectionConfig {
     pub target_speed: [f64; 2],
     /// An agent has arrived once it is this far (m) along its exit lane.
     pub exit: f64,
-    /// Agents' turns, one per agent (`"right"`, `"straight"`, `"left"`); empty: drawn
-    /// uniformly at every reset.
+    /// Agents' turns, one per agent (`"right"`, `"straight"`, `"left"`: on the roundabout the
+    /// first, second or third exit); empty: drawn uniformly at every reset.
     pub turns: Vec<Turn>,
 }
 
-impl Default for IntersectionConfig {
+impl Default for JunctionConfig {
     fn default() -> Self {
         Self {
             start: [15.0, 45.0],
@@ -237,7 +249,7 @@ impl Default for IntersectionConfig {
     }
 }
 
-impl Validate for IntersectionConfig {
+impl Validate for JunctionConfig {
     fn validate(&self) -> Result<(), Invalid> {
         let approach = IntersectionLayout::default().approach;
         ensure_range(self.start, "start", 0.0, approach - 10.0)?;
@@ -266,7 +278,7 @@ impl Default for DriveConfig {
             expert_reference: false,
             raster: 0,
             raster_m: 100.0,
-            intersection: IntersectionConfig::default(),
+            junction: JunctionConfig::default(),
         }
     }
 }
@@ -337,16 +349,14 @@ impl Validate for DriveConfig {
         self.randomize
             .validate()
             .map_err(|e| e.within("randomize"))?;
-        self.intersection
-            .validate()
-            .map_err(|e| e.within("intersection"))?;
+        self.junction.validate().map_err(|e| e.within("junction"))?;
         ensure(
-            self.intersection.turns.is_empty() || self.intersection.turns.len() == self.agents,
-            "intersection.turns",
+            self.junction.turns.is_empty() || self.junction.turns.len() == self.agents,
+            "junction.turns",
             format!(
                 "must be empty (drawn) or give one turn per agent ({}), got {}",
                 self.agents,
-                self.intersection.turns.len()
+                self.junction.turns.len()
             ),
         )?;
         self.reward.validate().map_err(|e| e.within("reward"))
@@ -516,6 +526,7 @@ impl Drive {
         let specs = match scenario {
             Scenario::Merge => layout.specs(),
             Scenario::Intersection => IntersectionLayout::default().specs(),
+            Scenario::Roundabout => RoundaboutLayout::default().specs(),
         };
         let road = Arc::new(Road::new(&specs).expect("the built-in layouts are valid roads"));
         let names = config.action_names();
@@ -575,25 +586,41 @@ impl Drive {
     fn spawn(&mut self) {
         match self.scenario {
             Scenario::Merge => self.spawn_merge(),
-            Scenario::Intersection => self.spawn_intersection(),
+            Scenario::Intersection | Scenario::Roundabout => self.spawn_junction(),
         }
         if self.config.expert_reference {
             self.episode.initial = Some(Arc::new(self.traffic.clone()));
         }
     }
 
-    /// The intersection's scene: agent `a` enters from the south, east, north and west arm
-    /// (in this order: the first on the minor road), `start` m before the junction box at
-    /// `agent_speed`, turning as `turns` says or uniformly at random. Background drivers enter
-    /// from every arm from 8-20 m before the box on, at gaps of (10 m + speed x 2 s) x
-    /// U(1, 3) / density, each on a uniformly drawn turn, none within 15 m of another vehicle.
-    fn spawn_intersection(&mut self) {
+    /// The route from arm `from` turning `turn` on this junction.
+    fn junction_route(&self, from: usize, turn: Turn) -> Vec<usize> {
+        match self.scenario {
+            Scenario::Roundabout => RoundaboutLayout::route(&self.road, from, turn.quarters()),
+            _ => IntersectionLayout::route(&self.road, from, turn),
+        }
+    }
+
+    /// The scene of a junction: agent `a` enters from the south, east, north and west arm (in
+    /// this order: on the intersection the first is on the minor road), `start` m before the
+    /// end of its incoming lane at `agent_speed`, turning as `turns` says or uniformly at
+    /// random. Background drivers enter from every arm from 8-20 m before that end on, at
+    /// gaps of (10 m + speed x 2 s) x U(1, 3) / density up to 90 m out, each on a uniformly
+    /// drawn turn, none within 15 m of another vehicle.
+    fn spawn_junction(&mut self) {
         const AGENT_ARMS: [usize; 4] = [3, 0, 1, 2];
+        let routes: Vec<Vec<Vec<usize>>> = (0..4)
+            .map(|arm| {
+                Turn::ALL
+                    .iter()
+                    .map(|&t| self.junction_route(arm, t))
+                    .collect()
+            })
+            .collect();
         let rng = &mut self.rng;
         let road = &*self.road;
-        let c = &self.config.intersection;
+        let c = &self.config.junction;
         let r = &self.config.randomize;
-        let layout = IntersectionLayout::default();
         let draw = |rng: &mut Rng, range: [f64; 2]| {
             if range[1] > range[0] {
                 rng.random_range(range[0]..range[1])
@@ -615,11 +642,11 @@ impl Drive {
         let (mut agents, mut start_s, mut goal_s) = (Vec::new(), Vec::new(), Vec::new());
         for (a, &arm) in AGENT_ARMS.iter().enumerate().take(self.config.agents) {
             let turn = match c.turns.get(a) {
-                Some(&t) => t,
-                None => Turn::ALL[rng.random_range(0..3)],
+                Some(&t) => t as usize,
+                None => rng.random_range(0..3),
             };
-            let route = IntersectionLayout::route(road, arm, turn);
-            let s = layout.approach - draw(rng, c.start);
+            let route = routes[arm][turn].clone();
+            let s = road.lanes[route[0]].length() - draw(rng, c.start);
             let mut v = Vehicle::new(
                 road,
                 at(&route, s, draw(rng, c.agent_speed)),
@@ -628,7 +655,7 @@ impl Drive {
             );
             v.lane = route[0];
             v.target_lane = route[0];
-            goal_s.push(road.route_offset(&route, 2) + c.exit);
+            goal_s.push(road.route_offset(&route, route.len() - 1) + c.exit);
             v.route = route;
             agents.push(vehicles.len());
             start_s.push(s);
@@ -636,13 +663,12 @@ impl Drive {
         }
         let density = draw(rng, r.density);
         if density > 0.0 {
-            for arm in 0..4 {
+            for arm_routes in &routes {
                 let mut d = rng.random_range(8.0..20.0);
                 while d < 90.0 {
                     let speed = draw(rng, c.target_speed);
-                    let turn = Turn::ALL[rng.random_range(0..3)];
-                    let route = IntersectionLayout::route(road, arm, turn);
-                    let state = at(&route, layout.approach - d, speed);
+                    let route = arm_routes[rng.random_range(0..3)].clone();
+                    let state = at(&route, road.lanes[route[0]].length() - d, speed);
                     let clear = vehicles
                         .iter()
                         .all(|v| (v.state.x - state.x).hypot(v.state.y - state.y) > 15.0);
@@ -769,7 +795,7 @@ impl Drive {
                 let x0 = e.start_x[agent];
                 ((x - x0) / (self.config.goal_x - x0)).clamp(0.0, 1.0)
             }
-            Scenario::Intersection => {
+            Scenario::Intersection | Scenario::Roundabout => {
                 let (s, s0, goal) = (e.route_s[agent], e.start_s[agent], e.goal_s[agent]);
                 ((s - s0) / (goal - s0)).clamp(0.0, 1.0)
             }
@@ -793,7 +819,9 @@ impl Drive {
             Scenario::Merge => {
                 self.traffic.vehicles[self.episode.agents[a]].state.x >= self.config.goal_x
             }
-            Scenario::Intersection => self.episode.route_s[a] >= self.episode.goal_s[a],
+            Scenario::Intersection | Scenario::Roundabout => {
+                self.episode.route_s[a] >= self.episode.goal_s[a]
+            }
         }
     }
 
@@ -834,7 +862,7 @@ impl Drive {
                 r / lane.width,
                 match self.scenario {
                     Scenario::Merge => (self.config.goal_x - me.state.x) / 100.0,
-                    Scenario::Intersection => {
+                    Scenario::Intersection | Scenario::Roundabout => {
                         (self.episode.goal_s[a] - self.episode.route_s[a]) / 100.0
                     }
                 },
@@ -949,7 +977,7 @@ impl Drive {
         }
         match self.scenario {
             Scenario::Merge => center[0] += self.config.raster_m / 4.0,
-            Scenario::Intersection => center = [0.0, 0.0],
+            Scenario::Intersection | Scenario::Roundabout => center = [0.0, 0.0],
         }
         let side = self.config.raster;
         Some(ImageObs {
@@ -1121,7 +1149,7 @@ impl Env for Drive {
         // highway-env's RegulatedRoad enforces its rules every int(sim_hz / 2) physics steps.
         let regulation_period = (self.config.sim_hz / 2).max(1) as usize;
         for _ in 0..substeps {
-            if self.scenario == Scenario::Intersection {
+            if self.scenario.junction() {
                 self.episode.sim_steps += 1;
                 if self.episode.sim_steps.is_multiple_of(regulation_period) {
                     self.traffic.regulate(&road);
@@ -1164,7 +1192,7 @@ impl Env for Drive {
                 break;
             }
             for a in 0..self.config.agents {
-                if self.scenario == Scenario::Intersection {
+                if self.scenario.junction() {
                     self.update_route_s(a);
                 }
                 self.episode.arrived[a] |= self.reached_goal(a);
@@ -1278,7 +1306,7 @@ impl Env for Drive {
                 let me = self.traffic.vehicles[self.episode.agents[0]].state.x as f32;
                 [[me - 60.0, -20.0], [me + 140.0, 30.0]]
             }
-            Scenario::Intersection => [[-70.0, -70.0], [70.0, 70.0]],
+            Scenario::Intersection | Scenario::Roundabout => [[-70.0, -70.0], [70.0, 70.0]],
         };
         let inside = |p: [f32; 2]| {
             (bounds[0][0]..=bounds[1][0]).contains(&p[0])
@@ -1396,12 +1424,18 @@ mod tests {
         }
     }
 
-    /// The intersection: seeded resets, exact replays from a snapshot (the right-of-way
-    /// rules' timing included), every agent on the first lane of its route and nobody
-    /// overlapping at the start, `turns` honoured, and progress along the route.
+    /// The intersection and the roundabout: seeded resets, exact replays from a snapshot (the
+    /// right-of-way rules' timing included), every agent on the first lane of its route and
+    /// nobody overlapping at the start; on the intersection `turns` honoured and progress
+    /// along the route.
     #[test]
-    fn intersection_scenes_are_seeded_replay_exactly_and_follow_the_turns() {
-        let mut env = Drive::with_scenario(Scenario::Intersection, DriveConfig::default());
+    fn junction_scenes_are_seeded_replay_exactly_and_follow_the_turns() {
+        junction_scenes_are_seeded_and_replay_exactly(Scenario::Intersection);
+        junction_scenes_are_seeded_and_replay_exactly(Scenario::Roundabout);
+    }
+
+    fn junction_scenes_are_seeded_and_replay_exactly(scenario: Scenario) {
+        let mut env = Drive::with_scenario(scenario, DriveConfig::default());
         assert_eq!(env.reset(7), env.reset(7));
         assert_ne!(env.reset(7), env.reset(8));
         for seed in 0..50 {
@@ -1415,7 +1449,7 @@ mod tests {
             }
             for a in 0..2 {
                 let v = &env.traffic().vehicles[env.agent_vehicle(a)];
-                assert_eq!(v.route.len(), 3);
+                assert!(v.route.len() >= 3);
                 assert_eq!(v.lane, v.route[0], "seed {seed} agent {a}");
                 assert!(!env.off_road(a));
             }
@@ -1438,12 +1472,15 @@ mod tests {
         let first = drive(&mut env);
         env.restore(&snap);
         assert_eq!(first, drive(&mut env));
+        if scenario == Scenario::Roundabout {
+            return;
+        }
 
         // Agent 0 enters from the south, agent 1 from the east; their exits follow the turns.
         let config = DriveConfig {
-            intersection: IntersectionConfig {
+            junction: JunctionConfig {
                 turns: vec![Turn::Left, Turn::Right],
-                ..IntersectionConfig::default()
+                ..JunctionConfig::default()
             },
             ..DriveConfig::default()
         };
@@ -1464,14 +1501,14 @@ mod tests {
         assert!(env.score() > before, "{} -> {}", before, env.score());
         assert!(r.reward > 0.0);
         let bad = DriveConfig {
-            intersection: IntersectionConfig {
+            junction: JunctionConfig {
                 turns: vec![Turn::Left],
-                ..IntersectionConfig::default()
+                ..JunctionConfig::default()
             },
             ..DriveConfig::default()
         };
         let e = bad.validate().unwrap_err().to_string();
-        assert!(e.contains("intersection.turns"), "{e}");
+        assert!(e.contains("junction.turns"), "{e}");
     }
 
     #[test]

@@ -533,6 +533,11 @@ impl Turn {
     /// All three, in this order.
     pub const ALL: [Turn; 3] = [Turn::Right, Turn::Straight, Turn::Left];
 
+    /// Quarter turns round a roundabout before the exit: 1, 2 or 3.
+    pub fn quarters(self) -> usize {
+        self as usize + 1
+    }
+
     /// The arm (index into [`ARMS`]) a vehicle entering from arm `from` leaves by.
     pub fn exit_arm(self, from: usize) -> usize {
         // Entering from the east (driving west), the arm on the right is the north one: the
@@ -696,6 +701,176 @@ impl IntersectionLayout {
     }
 }
 
+/// A single-lane roundabout (right-hand traffic: vehicles circle counter-clockwise on screen)
+/// with four arms, in the frame of [`IntersectionLayout`] and with its arms ([`ARMS`]): each
+/// arm's incoming lane `{arm}-in` ends `entry_start` m from the centre, where the entry
+/// `{arm}-entry` curves onto the ring `spread` radians past the arm's axis; the exit
+/// `{arm}-exit` leaves the ring `spread` radians before it and curves onto the outgoing lane
+/// `{arm}-out`. The ring is cut at those points into `ring-{arm}` (from the arm's exit to its
+/// entry, past the arm) and `ring-{arm}>{next}` (from its entry to the next arm's exit), arcs
+/// sampled every ~2 m. Ring lanes have priority 2 (vehicles on the ring go first), entries and
+/// incoming lanes 1, exits and outgoing lanes 3.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundaboutLayout {
+    /// Lane width (m).
+    pub lane_width: f64,
+    /// Radius of the ring's centre line (m).
+    pub radius: f64,
+    /// Angle (rad) between an arm's axis and where its entry joins (and its exit leaves) the
+    /// ring.
+    pub spread: f64,
+    /// Distance from the centre where incoming lanes end and outgoing lanes start (m).
+    pub entry_start: f64,
+    /// Length of each arm's lanes outside that (m).
+    pub approach: f64,
+}
+
+impl Default for RoundaboutLayout {
+    /// A 20 m ring (highway-env's roundabout-v0 has 20 and 24 m lanes), entries 25 degrees off
+    /// the axes, arms from 36 m out and 120 m long.
+    fn default() -> Self {
+        Self {
+            lane_width: 4.0,
+            radius: 20.0,
+            spread: 15f64.to_radians(),
+            entry_start: 28.0,
+            approach: 120.0,
+        }
+    }
+}
+
+impl RoundaboutLayout {
+    /// The arm after `arm` going round (counter-clockwise on screen).
+    pub fn next_arm(arm: usize) -> usize {
+        (arm + 1) % 4
+    }
+
+    /// The lanes of a route from arm `from` leaving `quarters` arms later (1: the arm on the
+    /// right, 2: straight on, 3: the arm on the left).
+    pub fn route(road: &Road, from: usize, quarters: usize) -> Vec<usize> {
+        let arm = |k: usize| ARMS[k].0;
+        let mut names = vec![format!("{}-in", arm(from)), format!("{}-entry", arm(from))];
+        let mut at = from;
+        for q in 0..quarters.clamp(1, 3) {
+            let next = Self::next_arm(at);
+            names.push(format!("ring-{}>{}", arm(at), arm(next)));
+            if q + 1 < quarters.clamp(1, 3) {
+                names.push(format!("ring-{}", arm(next)));
+            }
+            at = next;
+        }
+        names.push(format!("{}-exit", arm(at)));
+        names.push(format!("{}-out", arm(at)));
+        names
+            .iter()
+            .map(|n| road.lane_named(n).expect("the roundabout has every route"))
+            .collect()
+    }
+
+    /// The lanes (module docs of [`RoundaboutLayout`]).
+    pub fn specs(&self) -> Vec<LaneSpec> {
+        let (w, r) = (self.lane_width, self.radius);
+        // Arm k's axis angle, and the ring's point and travel direction at angle t: going
+        // round counter-clockwise on screen (y down) means decreasing t.
+        let axis = |k: usize| ARMS[k].1[1].atan2(ARMS[k].1[0]);
+        let ring_point = |t: f64| [r * t.cos(), r * t.sin()];
+        let ring_dir = |t: f64| [t.sin(), -t.cos()];
+        let arc = |from: f64, to: f64| {
+            // from > to, decreasing.
+            let n = ((from - to) * r / 2.0).ceil().max(2.0) as usize;
+            (0..=n)
+                .map(|i| ring_point(from + (to - from) * i as f64 / n as f64))
+                .collect::<Vec<_>>()
+        };
+        let bezier = |p0: [f64; 2], d0: [f64; 2], p3: [f64; 2], d3: [f64; 2]| {
+            let chord = (p3[0] - p0[0]).hypot(p3[1] - p0[1]);
+            let k = chord / 3.0;
+            let p1 = [p0[0] + d0[0] * k, p0[1] + d0[1] * k];
+            let p2 = [p3[0] - d3[0] * k, p3[1] - d3[1] * k];
+            let n = chord.ceil().max(4.0) as usize;
+            (0..=n)
+                .map(|i| {
+                    let t = i as f64 / n as f64;
+                    let m = 1.0 - t;
+                    let b = [m * m * m, 3.0 * m * m * t, 3.0 * m * t * t, t * t * t];
+                    [
+                        b[0] * p0[0] + b[1] * p1[0] + b[2] * p2[0] + b[3] * p3[0],
+                        b[0] * p0[1] + b[1] * p1[1] + b[2] * p2[1] + b[3] * p3[1],
+                    ]
+                })
+                .collect::<Vec<_>>()
+        };
+        let lane = |name: String, points, priority, next: Vec<String>| LaneSpec {
+            name,
+            points,
+            width: w,
+            next,
+            left: None,
+            right: None,
+            ends: false,
+            priority,
+        };
+        let mut specs = Vec::new();
+        for (k, &(name, u)) in ARMS.iter().enumerate() {
+            let next = ARMS[Self::next_arm(k)].0;
+            let in_side = [u[1], -u[0]];
+            let out_side = [-u[1], u[0]];
+            let at = |along: f64, side: [f64; 2]| {
+                [
+                    u[0] * along + side[0] * w / 2.0,
+                    u[1] * along + side[1] * w / 2.0,
+                ]
+            };
+            let (a, l) = (self.entry_start, self.approach);
+            let (t_entry, t_exit) = (axis(k) - self.spread, axis(k) + self.spread);
+            specs.push(lane(
+                format!("{name}-in"),
+                vec![at(a + l, in_side), at(a, in_side)],
+                1,
+                vec![format!("{name}-entry")],
+            ));
+            specs.push(lane(
+                format!("{name}-entry"),
+                bezier(
+                    at(a, in_side),
+                    [-u[0], -u[1]],
+                    ring_point(t_entry),
+                    ring_dir(t_entry),
+                ),
+                1,
+                vec![format!("ring-{name}>{next}")],
+            ));
+            specs.push(lane(
+                format!("ring-{name}"),
+                arc(t_exit, t_entry),
+                2,
+                vec![format!("ring-{name}>{next}")],
+            ));
+            // The next arm's exit lies a quarter turn on (decreasing angle).
+            let t_next_exit = axis(k) - std::f64::consts::FRAC_PI_2 + self.spread;
+            specs.push(lane(
+                format!("ring-{name}>{next}"),
+                arc(t_entry, t_next_exit),
+                2,
+                vec![format!("ring-{next}"), format!("{next}-exit")],
+            ));
+            specs.push(lane(
+                format!("{name}-exit"),
+                bezier(ring_point(t_exit), ring_dir(t_exit), at(a, out_side), u),
+                3,
+                vec![format!("{name}-out")],
+            ));
+            specs.push(lane(
+                format!("{name}-out"),
+                vec![at(a, out_side), at(a + l, out_side)],
+                3,
+                Vec::new(),
+            ));
+        }
+        specs
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -799,6 +974,33 @@ mod tests {
         let (p, heading) = road.along_route(&route, road.route_offset(&route, 1) + 12.0);
         assert!(p[0].abs() < 1e-9 && (p[1] + 2.0).abs() < 1e-9, "{p:?}");
         assert!((heading.abs() - std::f64::consts::PI).abs() < 1e-9);
+    }
+
+    /// The roundabout: 6 lanes per arm, every route from every arm to the 1st, 2nd and 3rd
+    /// exit (the arm on the right, straight on, on the left), each lane starting where the
+    /// previous one ends and leaving by the arm it names; the ring lies at its radius.
+    #[test]
+    fn the_roundabout_routes_every_arm_to_each_exit() {
+        let layout = RoundaboutLayout::default();
+        let road = Road::new(&layout.specs()).unwrap();
+        assert_eq!(road.lanes.len(), 24);
+        for from in 0..4 {
+            for turn in Turn::ALL {
+                let route = RoundaboutLayout::route(&road, from, turn.quarters());
+                for w in route.windows(2) {
+                    assert!(road.lanes[w[0]].next.contains(&w[1]));
+                }
+                let exit = &road.lanes[*route.last().unwrap()].name;
+                let to = turn.exit_arm(from);
+                assert_eq!(exit, &IntersectionLayout::outgoing(to), "{from} {turn:?}");
+            }
+        }
+        for lane in road.lanes.iter().filter(|l| l.name.starts_with("ring")) {
+            assert_eq!(lane.priority, 2);
+            for p in &lane.points {
+                assert!((p[0].hypot(p[1]) - layout.radius).abs() < 1e-9);
+            }
+        }
     }
 
     #[test]
