@@ -540,6 +540,71 @@ fn junctions_run_from_their_embedded_configs() {
     assert_eq!(last["success"], true, "{last}");
 }
 
+/// custom-road drives the road its config gives: the embedded T-junction runs, a scene edited
+/// into a config is driven (the agents start where it puts them), and a broken scene is refused
+/// at load naming the item, before anything runs.
+#[test]
+fn custom_road_drives_the_road_of_its_config() {
+    let out = cli(&["sim", "custom-road", "--seed", "0", "--expert", "--json"]).unwrap();
+    let first = json_lines(&out).remove(0);
+    let agents = first["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 8, "{first}");
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = include_str!("../../configs/custom-road.toml");
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    // One agent, starting 10 m further along its lane.
+    let one =
+        shipped
+            .replace("agents = 2", "agents = 1")
+            .replacen("start = 55.0", "start = 65.0", 1);
+    let cut = one.find("[[env.road.agents]]\nroute = [\"w-in\"").unwrap();
+    let end = one[cut..].find("# Background").unwrap();
+    let one = format!("{}{}", &one[..cut], &one[cut + end..]);
+    let config = write("one.toml", one);
+    let args = [
+        "sim",
+        "custom-road",
+        "--config",
+        &config,
+        "--seed",
+        "0",
+        "--expert",
+        "--json",
+    ];
+    let first = json_lines(&cli(&args).unwrap()).remove(0);
+    assert_eq!(first["agents"].as_array().unwrap().len(), 4, "{first}");
+    // 65 m along s-in (y 100 -> 10) is y = 35, less one control step at 8 m/s at most.
+    let y = first["agents"][1].as_f64().unwrap();
+    assert!((33.0..=35.0).contains(&y), "agent 0 at y {y}");
+    // A route through a lane that does not lead there.
+    let bad = write(
+        "bad.toml",
+        shipped.replacen(
+            "route = [\"s-in\", \"s>w\"",
+            "route = [\"s-in\", \"w>s\"",
+            1,
+        ),
+    );
+    let e = cli(&["sim", "custom-road", "--config", &bad]).unwrap_err();
+    assert!(
+        e.contains("env.road.agents[0].route") && e.contains("does not lead to"),
+        "{e}"
+    );
+    let bad = write(
+        "bad2.toml",
+        shipped.replacen("width = 4.0", "width = -1.0", 1),
+    );
+    let e = cli(&["sim", "custom-road", "--config", &bad]).unwrap_err();
+    assert!(
+        e.contains("env.road.lanes") && e.contains("\"w-in\""),
+        "{e}"
+    );
+}
+
 /// Writes the highway-merge config `toml` as `dir/name` and records 2 expert episodes with it
 /// into `dir/demos`; returns the config's and the dataset's paths.
 fn highway_demos(dir: &Path, name: &str, toml: &str) -> (String, String) {

@@ -73,6 +73,13 @@ fn builtin(tasks: &mut Tasks) {
             text: include_str!("../../../configs/roundabout.toml"),
         }),
     );
+    tasks.add(
+        diffrl_drive::task::DriveTask::CUSTOM_ROAD,
+        Some(DefaultConfig {
+            origin: "configs/custom-road.toml",
+            text: include_str!("../../../configs/custom-road.toml"),
+        }),
+    );
 }
 
 /// A task's embedded default run config.

@@ -4,20 +4,24 @@
 //! - [`kinematics`]: highway-env's `Vehicle.step`, a kinematic bicycle with its speed clipping.
 //! - [`idm`]: `IDMVehicle.acceleration`, the Intelligent Driver Model with its default
 //!   constants. Both are checked against the PyPI package by `tools/highway_check.sh`.
-//! - [`road`]: lane networks from polylines with widths, successors and neighbours, checked
-//!   when built; the highway-with-on-ramp layout.
-//! - [`traffic`]: vehicles, IDM + MOBIL background drivers, lane keeping, collisions.
-//! - [`env`]: `highway-merge`, N controlled agents merging among the traffic.
-//! - [`task`]: the task the tools see, and its expert.
+//! - [`road`]: lane networks from polylines with widths, successors, neighbours and right of
+//!   way, checked when built; the highway-with-on-ramp, four-way intersection and roundabout
+//!   layouts.
+//! - [`traffic`]: vehicles on routes, IDM + MOBIL background drivers, lane keeping,
+//!   highway-env's right-of-way rules at junctions, collisions.
+//! - [`env`]: the scenarios `highway-merge`, `intersection` and `roundabout`: N controlled
+//!   agents among the traffic.
+//! - [`task`]: the tasks the tools see, and their experts.
 //!
-//! Not built yet: the intersection and roundabout scenarios, the joint diffusion planner over
-//! waypoints, the driving metrics in reports.
+//! Not built yet: the joint diffusion planner over waypoints tracked by a controller, roads
+//! loaded from scenario files.
 
 pub mod env;
 pub mod idm;
 pub mod kinematics;
 pub mod raster;
 pub mod road;
+pub mod scene;
 pub mod task;
 pub mod traffic;
 
