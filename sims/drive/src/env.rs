@@ -537,6 +537,108 @@ static LANE_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
         .collect()
 });
 
+/// A uniform draw from `range` ([lo, hi]; lo when the range is empty).
+fn draw(rng: &mut Rng, range: [f64; 2]) -> f64 {
+    if range[1] > range[0] {
+        rng.random_range(range[0]..range[1])
+    } else {
+        range[0]
+    }
+}
+
+/// The vehicles of a scene on routes (the junctions and `custom-road`) as they are placed.
+struct RoutedScene<'a> {
+    road: &'a Road,
+    randomize: &'a DriveRandomization,
+    sim_hz: f64,
+    vehicles: Vec<Vehicle>,
+    agents: Vec<usize>,
+    start_s: Vec<f64>,
+    goal_s: Vec<f64>,
+}
+
+impl<'a> RoutedScene<'a> {
+    fn new(road: &'a Road, config: &'a DriveConfig) -> Self {
+        Self {
+            road,
+            randomize: &config.randomize,
+            sim_hz: f64::from(config.sim_hz),
+            vehicles: Vec::new(),
+            agents: Vec::new(),
+            start_s: Vec::new(),
+            goal_s: Vec::new(),
+        }
+    }
+
+    /// A vehicle of `driver` at arc length `s` along `route` (on its centre line, heading
+    /// along it) at `speed`, on the route's first lane.
+    fn on_route(&self, route: &[usize], s: f64, speed: f64, driver: Driver) -> Vehicle {
+        let (p, heading) = self.road.along_route(route, s);
+        let state = VehicleState {
+            x: p[0],
+            y: p[1],
+            heading,
+            speed,
+        };
+        let target_speed = match driver {
+            Driver::Agent(_) => 10.0,
+            Driver::Idm => speed,
+        };
+        let mut v = Vehicle::new(self.road, state, target_speed, driver);
+        v.lane = route[0];
+        v.target_lane = route[0];
+        v.route = route.to_vec();
+        v
+    }
+
+    /// Agent `a` at `s` along `route`; it arrives `exit` m along the route's last lane.
+    fn agent(&mut self, a: usize, route: &[usize], s: f64, speed: f64, exit: f64) {
+        let v = self.on_route(route, s, speed, Driver::Agent(a));
+        self.goal_s
+            .push(self.road.route_offset(route, route.len() - 1) + exit);
+        self.agents.push(self.vehicles.len());
+        self.start_s.push(s);
+        self.vehicles.push(v);
+    }
+
+    /// A background driver cruising at `speed` at `s` along `route`, unless it would start
+    /// within 15 m of a vehicle already placed; its IDM time gap, exponent and reaction delay
+    /// are drawn from `[env.randomize]`.
+    fn background(&mut self, rng: &mut Rng, route: &[usize], s: f64, speed: f64) {
+        let mut v = self.on_route(route, s, speed, Driver::Idm);
+        let clear = self
+            .vehicles
+            .iter()
+            .all(|o| (o.state.x - v.state.x).hypot(o.state.y - v.state.y) > 15.0);
+        if clear {
+            let r = self.randomize;
+            v.idm.time_wanted = draw(rng, r.time_wanted);
+            v.idm.delta = draw(rng, r.delta);
+            v.reaction_delay = (draw(rng, r.reaction_delay) * self.sim_hz).round() as usize;
+            self.vehicles.push(v);
+        }
+    }
+
+    /// The episode and the traffic.
+    fn finish(self) -> (Episode, Traffic) {
+        let start_x = self
+            .agents
+            .iter()
+            .map(|&i| self.vehicles[i].state.x)
+            .collect();
+        let mut episode = Episode::start(self.agents, start_x);
+        episode.route_s = self.start_s.clone();
+        episode.start_s = self.start_s;
+        episode.goal_s = self.goal_s;
+        (
+            episode,
+            Traffic {
+                vehicles: self.vehicles,
+            },
+        )
+    }
+}
+
 /// `custom-road`'s checked scene: `[env.road]`, or without it the built-in T-junction's first
 /// `agents` agents. A scene that fails its checks (a config that was not validated) falls back
 /// to the T-junction.
@@ -671,77 +773,33 @@ impl Drive {
         let Some(scene) = self.scene.clone() else {
             return;
         };
-        let spawns = &scene.scene.agents;
         let rng = &mut self.rng;
-        let road = &*self.road;
         let c = &self.config.junction;
-        let r = &self.config.randomize;
-        let draw = |rng: &mut Rng, range: [f64; 2]| {
-            if range[1] > range[0] {
-                rng.random_range(range[0]..range[1])
-            } else {
-                range[0]
-            }
-        };
-        let sim_hz = f64::from(self.config.sim_hz);
-        let at = |route: &[usize], s: f64, speed: f64| {
-            let (p, heading) = road.along_route(route, s);
-            VehicleState {
-                x: p[0],
-                y: p[1],
-                heading,
-                speed,
-            }
-        };
-        let mut vehicles: Vec<Vehicle> = Vec::new();
-        let (mut agents, mut start_s, mut goal_s) = (Vec::new(), Vec::new(), Vec::new());
-        for (a, (spawn, route)) in spawns.iter().zip(&scene.agent_routes).enumerate() {
-            let mut v = Vehicle::new(
-                road,
-                at(route, spawn.start, spawn.speed),
-                10.0,
-                Driver::Agent(a),
-            );
-            v.lane = route[0];
-            v.target_lane = route[0];
-            let last = road.lanes[route[route.len() - 1]].length();
-            goal_s.push(road.route_offset(route, route.len() - 1) + c.exit.min(last));
-            v.route = route.clone();
-            agents.push(vehicles.len());
-            start_s.push(spawn.start);
-            vehicles.push(v);
+        let mut routed = RoutedScene::new(&self.road, &self.config);
+        for (a, (spawn, route)) in scene
+            .scene
+            .agents
+            .iter()
+            .zip(&scene.agent_routes)
+            .enumerate()
+        {
+            let last = self.road.lanes[route[route.len() - 1]].length();
+            routed.agent(a, route, spawn.start, spawn.speed, c.exit.min(last));
         }
-        let density = draw(rng, r.density);
-        let streams = &scene.scene.traffic;
+        let density = draw(rng, self.config.randomize.density);
         if density > 0.0 {
-            for (stream, route) in streams.iter().zip(&scene.traffic_routes) {
+            for (stream, route) in scene.scene.traffic.iter().zip(&scene.traffic_routes) {
                 let mut s = stream.start;
                 for _ in 0..stream.count {
                     let speed = draw(rng, c.target_speed);
-                    let state = at(route, s, speed);
-                    let clear = vehicles
-                        .iter()
-                        .all(|v| (v.state.x - state.x).hypot(v.state.y - state.y) > 15.0);
-                    if s >= 0.0 && clear {
-                        let mut v = Vehicle::new(road, state, speed, Driver::Idm);
-                        v.idm.time_wanted = draw(rng, r.time_wanted);
-                        v.idm.delta = draw(rng, r.delta);
-                        v.reaction_delay = (draw(rng, r.reaction_delay) * sim_hz).round() as usize;
-                        v.lane = route[0];
-                        v.target_lane = route[0];
-                        v.route = route.clone();
-                        vehicles.push(v);
+                    if s >= 0.0 {
+                        routed.background(rng, route, s, speed);
                     }
                     s -= stream.gap * rng.random_range(1.0..1.5) / density;
                 }
             }
         }
-        let start_x = agents.iter().map(|&i| vehicles[i].state.x).collect();
-        self.episode = Episode::start(agents, start_x);
-        self.episode.route_s = start_s.clone();
-        self.episode.start_s = start_s;
-        self.episode.goal_s = goal_s;
-        self.traffic = Traffic { vehicles };
+        (self.episode, self.traffic) = routed.finish();
     }
 
     /// The scene of a junction: agent `a` enters from the south, east, north and west arm (in
@@ -761,93 +819,38 @@ impl Drive {
             })
             .collect();
         let rng = &mut self.rng;
-        let road = &*self.road;
         let c = &self.config.junction;
-        let r = &self.config.randomize;
-        let draw = |rng: &mut Rng, range: [f64; 2]| {
-            if range[1] > range[0] {
-                rng.random_range(range[0]..range[1])
-            } else {
-                range[0]
-            }
-        };
-        let sim_hz = f64::from(self.config.sim_hz);
-        let at = |route: &[usize], s: f64, speed: f64| {
-            let (p, heading) = road.along_route(route, s);
-            VehicleState {
-                x: p[0],
-                y: p[1],
-                heading,
-                speed,
-            }
-        };
-        let mut vehicles: Vec<Vehicle> = Vec::new();
-        let (mut agents, mut start_s, mut goal_s) = (Vec::new(), Vec::new(), Vec::new());
+        let length = |route: &[usize]| self.road.lanes[route[0]].length();
+        let mut routed = RoutedScene::new(&self.road, &self.config);
         for (a, &arm) in AGENT_ARMS.iter().enumerate().take(self.config.agents) {
             let turn = match c.turns.get(a) {
                 Some(&t) => t as usize,
                 None => rng.random_range(0..3),
             };
-            let route = routes[arm][turn].clone();
-            let s = road.lanes[route[0]].length() - draw(rng, c.start);
-            let mut v = Vehicle::new(
-                road,
-                at(&route, s, draw(rng, c.agent_speed)),
-                10.0,
-                Driver::Agent(a),
-            );
-            v.lane = route[0];
-            v.target_lane = route[0];
-            goal_s.push(road.route_offset(&route, route.len() - 1) + c.exit);
-            v.route = route;
-            agents.push(vehicles.len());
-            start_s.push(s);
-            vehicles.push(v);
+            let route = &routes[arm][turn];
+            let s = length(route) - draw(rng, c.start);
+            let speed = draw(rng, c.agent_speed);
+            routed.agent(a, route, s, speed, c.exit);
         }
-        let density = draw(rng, r.density);
+        let density = draw(rng, self.config.randomize.density);
         if density > 0.0 {
             for arm_routes in &routes {
                 let mut d = rng.random_range(8.0..20.0);
                 while d < 90.0 {
                     let speed = draw(rng, c.target_speed);
-                    let route = arm_routes[rng.random_range(0..3)].clone();
-                    let state = at(&route, road.lanes[route[0]].length() - d, speed);
-                    let clear = vehicles
-                        .iter()
-                        .all(|v| (v.state.x - state.x).hypot(v.state.y - state.y) > 15.0);
-                    if clear {
-                        let mut v = Vehicle::new(road, state, speed, Driver::Idm);
-                        v.idm.time_wanted = draw(rng, r.time_wanted);
-                        v.idm.delta = draw(rng, r.delta);
-                        v.reaction_delay = (draw(rng, r.reaction_delay) * sim_hz).round() as usize;
-                        v.lane = route[0];
-                        v.target_lane = route[0];
-                        v.route = route;
-                        vehicles.push(v);
-                    }
+                    let route = &arm_routes[rng.random_range(0..3)];
+                    routed.background(rng, route, length(route) - d, speed);
                     d += (10.0 + 2.0 * speed) * rng.random_range(1.0..3.0) / density;
                 }
             }
         }
-        let start_x = agents.iter().map(|&i| vehicles[i].state.x).collect();
-        self.episode = Episode::start(agents, start_x);
-        self.episode.route_s = start_s.clone();
-        self.episode.start_s = start_s;
-        self.episode.goal_s = goal_s;
-        self.traffic = Traffic { vehicles };
+        (self.episode, self.traffic) = routed.finish();
     }
 
     fn spawn_merge(&mut self) {
         let rng = &mut self.rng;
         let road = &*self.road;
         let r = &self.config.randomize;
-        let draw = |rng: &mut Rng, range: [f64; 2]| {
-            if range[1] > range[0] {
-                rng.random_range(range[0]..range[1])
-            } else {
-                range[0]
-            }
-        };
         let sim_hz = f64::from(self.config.sim_hz);
         let ramp = road.lane_named("ramp").expect("the merge road has a ramp");
         let outer = self.layout.lanes - 1;

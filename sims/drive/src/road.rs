@@ -508,6 +508,26 @@ impl MergeLayout {
     }
 }
 
+/// A cubic Bezier curve from `p0`, leaving along the unit direction `d0`, to `p3`, arriving
+/// along `d3`, with handles `handle` m long; sampled at one point per metre of chord (at least
+/// 5 points).
+fn bezier(p0: [f64; 2], d0: [f64; 2], p3: [f64; 2], d3: [f64; 2], handle: f64) -> Vec<[f64; 2]> {
+    let p1 = [p0[0] + d0[0] * handle, p0[1] + d0[1] * handle];
+    let p2 = [p3[0] - d3[0] * handle, p3[1] - d3[1] * handle];
+    let n = (p3[0] - p0[0]).hypot(p3[1] - p0[1]).ceil().max(4.0) as usize;
+    (0..=n)
+        .map(|i| {
+            let t = i as f64 / n as f64;
+            let m = 1.0 - t;
+            let b = [m * m * m, 3.0 * m * m * t, 3.0 * m * t * t, t * t * t];
+            [
+                b[0] * p0[0] + b[1] * p1[0] + b[2] * p2[0] + b[3] * p3[0],
+                b[0] * p0[1] + b[1] * p1[1] + b[2] * p2[1] + b[3] * p3[1],
+            ]
+        })
+        .collect()
+}
+
 /// The four arms of a [`IntersectionLayout`], counter-clockwise on screen (y grows
 /// downwards): east, north, west, south. Each arm's unit vector points from the centre out.
 pub const ARMS: [(&str, [f64; 2]); 4] = [
@@ -674,20 +694,7 @@ impl IntersectionLayout {
                     // A quarter circle of radius chord / sqrt 2, approximated by the usual
                     // cubic with handles 0.5523 x the radius along the end headings.
                     let k = 0.5523 * chord / std::f64::consts::SQRT_2;
-                    let p1 = [p0[0] - u[0] * k, p0[1] - u[1] * k];
-                    let p2 = [p3[0] - v[0] * k, p3[1] - v[1] * k];
-                    let n = chord.ceil().max(4.0) as usize;
-                    (0..=n)
-                        .map(|i| {
-                            let t = i as f64 / n as f64;
-                            let m = 1.0 - t;
-                            let b = [m * m * m, 3.0 * m * m * t, 3.0 * m * t * t, t * t * t];
-                            [
-                                b[0] * p0[0] + b[1] * p1[0] + b[2] * p2[0] + b[3] * p3[0],
-                                b[0] * p0[1] + b[1] * p1[1] + b[2] * p2[1] + b[3] * p3[1],
-                            ]
-                        })
-                        .collect()
+                    bezier(p0, [-u[0], -u[1]], p3, v, k)
                 };
                 specs.push(lane(
                     Self::connector(from, to),
@@ -782,23 +789,9 @@ impl RoundaboutLayout {
                 .map(|i| ring_point(from + (to - from) * i as f64 / n as f64))
                 .collect::<Vec<_>>()
         };
-        let bezier = |p0: [f64; 2], d0: [f64; 2], p3: [f64; 2], d3: [f64; 2]| {
-            let chord = (p3[0] - p0[0]).hypot(p3[1] - p0[1]);
-            let k = chord / 3.0;
-            let p1 = [p0[0] + d0[0] * k, p0[1] + d0[1] * k];
-            let p2 = [p3[0] - d3[0] * k, p3[1] - d3[1] * k];
-            let n = chord.ceil().max(4.0) as usize;
-            (0..=n)
-                .map(|i| {
-                    let t = i as f64 / n as f64;
-                    let m = 1.0 - t;
-                    let b = [m * m * m, 3.0 * m * m * t, 3.0 * m * t * t, t * t * t];
-                    [
-                        b[0] * p0[0] + b[1] * p1[0] + b[2] * p2[0] + b[3] * p3[0],
-                        b[0] * p0[1] + b[1] * p1[1] + b[2] * p2[1] + b[3] * p3[1],
-                    ]
-                })
-                .collect::<Vec<_>>()
+        // Entries and exits: cubics with handles a third of the chord.
+        let curve = |p0: [f64; 2], d0: [f64; 2], p3: [f64; 2], d3: [f64; 2]| {
+            bezier(p0, d0, p3, d3, (p3[0] - p0[0]).hypot(p3[1] - p0[1]) / 3.0)
         };
         let lane = |name: String, points, priority, next: Vec<String>| LaneSpec {
             name,
@@ -831,7 +824,7 @@ impl RoundaboutLayout {
             ));
             specs.push(lane(
                 format!("{name}-entry"),
-                bezier(
+                curve(
                     at(a, in_side),
                     [-u[0], -u[1]],
                     ring_point(t_entry),
@@ -856,7 +849,7 @@ impl RoundaboutLayout {
             ));
             specs.push(lane(
                 format!("{name}-exit"),
-                bezier(ring_point(t_exit), ring_dir(t_exit), at(a, out_side), u),
+                curve(ring_point(t_exit), ring_dir(t_exit), at(a, out_side), u),
                 3,
                 vec![format!("{name}-out")],
             ));

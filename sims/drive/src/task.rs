@@ -133,13 +133,7 @@ fn agent_action(
     *target = Some(t);
     traffic.vehicles[ego].target_lane = t;
     let v = &traffic.vehicles[ego];
-    let steering = traffic.steering_control(road, ego, t);
-    let (front, _) = traffic.neighbours(road, ego, v.lane);
-    let mut acc = traffic.acceleration(road, ego, v.lane, front);
-    if t != v.lane {
-        let (front, _) = traffic.neighbours(road, ego, t);
-        acc = acc.min(traffic.acceleration(road, ego, t, front));
-    }
+    let (steering, mut acc) = follow(&traffic, road, ego, t);
     if let Some(g) = gap_acc {
         acc = acc.min(g);
     }
@@ -159,8 +153,28 @@ fn agent_action(
             }
         }
     }
-    // Stop, do not reverse: no more braking than ends the control step at rest.
-    acc = acc.max(-v.state.speed * f64::from(env.config().policy_hz));
+    command(acc, steering, v.state.speed, env.config().policy_hz)
+}
+
+/// highway-env's `IDMVehicle` commands for vehicle `ego` steering towards lane `t`: lane
+/// keeping by `steering_control`, and the IDM behind the leader of its lane (and of `t`
+/// during a change), not clipped. `(steering, acceleration)`.
+fn follow(traffic: &Traffic, road: &Road, ego: usize, t: usize) -> (f64, f64) {
+    let lane = traffic.vehicles[ego].lane;
+    let steering = traffic.steering_control(road, ego, t);
+    let (front, _) = traffic.neighbours(road, ego, lane);
+    let mut acc = traffic.acceleration(road, ego, lane, front);
+    if t != lane {
+        let (front, _) = traffic.neighbours(road, ego, t);
+        acc = acc.min(traffic.acceleration(road, ego, t, front));
+    }
+    (steering, acc)
+}
+
+/// The action for `acc` and `steering` (m/s^2, rad) of a vehicle at `speed`, in action units:
+/// it stops rather than reverses (no more braking than ends the control step at rest).
+fn command(acc: f64, steering: f64, speed: f64, policy_hz: u32) -> [f32; 2] {
+    let acc = acc.max(-speed * f64::from(policy_hz));
     [
         (acc / ACCELERATION_RANGE).clamp(-1.0, 1.0) as f32,
         (steering / STEERING_RANGE).clamp(-1.0, 1.0) as f32,
@@ -305,18 +319,8 @@ fn junction_action(
         traffic.vehicles[ego].target_speed = 0.0;
     }
     let v = &traffic.vehicles[ego];
-    let steering = traffic.steering_control(road, ego, t);
-    let (front, _) = traffic.neighbours(road, ego, v.lane);
-    let mut acc = traffic.acceleration(road, ego, v.lane, front);
-    if t != v.lane {
-        let (front, _) = traffic.neighbours(road, ego, t);
-        acc = acc.min(traffic.acceleration(road, ego, t, front));
-    }
-    acc = acc.max(-v.state.speed * f64::from(env.config().policy_hz));
-    [
-        (acc / ACCELERATION_RANGE).clamp(-1.0, 1.0) as f32,
-        (steering / STEERING_RANGE).clamp(-1.0, 1.0) as f32,
-    ]
+    let (steering, acc) = follow(&traffic, road, ego, t);
+    command(acc, steering, v.state.speed, env.config().policy_hz)
 }
 
 impl Expert<Drive> for DriveExpert {
