@@ -9,12 +9,14 @@
 //!   layouts.
 //! - [`traffic`]: vehicles on routes, IDM + MOBIL background drivers, lane keeping,
 //!   highway-env's right-of-way rules at junctions, collisions.
-//! - [`env`]: the scenarios `highway-merge`, `intersection` and `roundabout`: N controlled
-//!   agents among the traffic.
+//! - [`scene`]: roads, routes and traffic given as data (`custom-road`'s `[env.road]`),
+//!   checked with the item named.
+//! - [`env`]: the scenarios `highway-merge`, `intersection`, `roundabout` and `custom-road`: N
+//!   controlled agents among the traffic.
 //! - [`task`]: the tasks the tools see, and their experts.
 //!
-//! Not built yet: the joint diffusion planner over waypoints tracked by a controller, roads
-//! loaded from scenario files.
+//! Not built yet: plans over waypoints tracked by a controller (policies command accelerations
+//! and steering).
 
 pub mod env;
 pub mod idm;
