@@ -5,7 +5,8 @@
 //! once per `LANE_CHANGE_DELAY`), collisions between oriented boxes (parry2d) that stop both
 //! vehicles as highway-env does. Leaders are searched on the lane and its connected lanes
 //! (highway-env's `neighbour_vehicles_connected_lanes = True`), and a lane that [`ends`] acts
-//! as a standing vehicle at its end.
+//! as a standing vehicle at its end. On junctions vehicles drive routes ([`Vehicle::route`])
+//! and give way by highway-env's `RegulatedRoad` rules ([`Traffic::regulate`]).
 //!
 //! [`ends`]: crate::road::Lane::ends
 
