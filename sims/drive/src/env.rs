@@ -215,8 +215,7 @@ pub struct DriveConfig {
 }
 
 /// Which road a [`Drive`] scenario runs on; the task chooses it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
     /// `highway-merge`: the highway with an on-ramp ([`MergeLayout`]).
     Merge,

@@ -508,6 +508,46 @@ impl MergeLayout {
     }
 }
 
+/// [`arm_point`]'s side of an incoming lane (travelling towards the centre).
+const IN: bool = true;
+/// [`arm_point`]'s side of an outgoing lane (travelling away from the centre).
+const OUT: bool = false;
+
+/// The centre-line point `along` m from a junction's centre on the arm with unit vector `u`, on
+/// the lane of `width` m that travels in (`IN`) or out (`OUT`): right-hand traffic keeps to the
+/// right of travel, which for a direction d is (-d_y, d_x) in this frame.
+fn arm_point(u: [f64; 2], along: f64, width: f64, incoming: bool) -> [f64; 2] {
+    let side = if incoming {
+        [u[1], -u[0]]
+    } else {
+        [-u[1], u[0]]
+    };
+    [
+        u[0] * along + side[0] * width / 2.0,
+        u[1] * along + side[1] * width / 2.0,
+    ]
+}
+
+/// A junction lane: no side neighbours, no barrier.
+fn junction_lane(
+    name: String,
+    points: Vec<[f64; 2]>,
+    width: f64,
+    priority: i32,
+    next: Vec<String>,
+) -> LaneSpec {
+    LaneSpec {
+        name,
+        points,
+        width,
+        next,
+        left: None,
+        right: None,
+        ends: false,
+        priority,
+    }
+}
+
 /// A cubic Bezier curve from `p0`, leaving along the unit direction `d0`, to `p3`, arriving
 /// along `d3`, with handles `handle` m long; sampled at one point per metre of chord (at least
 /// 5 points).
@@ -641,25 +681,7 @@ impl IntersectionLayout {
     /// The lanes (module docs of [`IntersectionLayout`]).
     pub fn specs(&self) -> Vec<LaneSpec> {
         let (w, h, l) = (self.lane_width, self.half, self.approach);
-        let at = |u: [f64; 2], along: f64, side: [f64; 2]| {
-            [
-                u[0] * along + side[0] * w / 2.0,
-                u[1] * along + side[1] * w / 2.0,
-            ]
-        };
-        // The right of travel direction d is (-d_y, d_x) in this frame.
-        let in_side = |u: [f64; 2]| [u[1], -u[0]];
-        let out_side = |u: [f64; 2]| [-u[1], u[0]];
-        let lane = |name: String, points, priority, next| LaneSpec {
-            name,
-            points,
-            width: w,
-            next,
-            left: None,
-            right: None,
-            ends: false,
-            priority,
-        };
+        let lane = |name, points, priority, next| junction_lane(name, points, w, priority, next);
         let mut specs = Vec::new();
         for (arm, &(_, u)) in ARMS.iter().enumerate() {
             let priority = if Self::major(arm) { 2 } else { 1 };
@@ -669,13 +691,13 @@ impl IntersectionLayout {
                 .collect();
             specs.push(lane(
                 Self::incoming(arm),
-                vec![at(u, h + l, in_side(u)), at(u, h, in_side(u))],
+                vec![arm_point(u, h + l, w, IN), arm_point(u, h, w, IN)],
                 priority,
                 next,
             ));
             specs.push(lane(
                 Self::outgoing(arm),
-                vec![at(u, h, out_side(u)), at(u, h + l, out_side(u))],
+                vec![arm_point(u, h, w, OUT), arm_point(u, h + l, w, OUT)],
                 3,
                 Vec::new(),
             ));
@@ -685,8 +707,8 @@ impl IntersectionLayout {
             for turn in Turn::ALL {
                 let to = turn.exit_arm(from);
                 let v = ARMS[to].1;
-                let p0 = at(u, h, in_side(u));
-                let p3 = at(v, h, out_side(v));
+                let p0 = arm_point(u, h, w, IN);
+                let p3 = arm_point(v, h, w, OUT);
                 let chord = (p3[0] - p0[0]).hypot(p3[1] - p0[1]);
                 let points = if turn == Turn::Straight {
                     vec![p0, p3]
@@ -793,39 +815,23 @@ impl RoundaboutLayout {
         let curve = |p0: [f64; 2], d0: [f64; 2], p3: [f64; 2], d3: [f64; 2]| {
             bezier(p0, d0, p3, d3, (p3[0] - p0[0]).hypot(p3[1] - p0[1]) / 3.0)
         };
-        let lane = |name: String, points, priority, next: Vec<String>| LaneSpec {
-            name,
-            points,
-            width: w,
-            next,
-            left: None,
-            right: None,
-            ends: false,
-            priority,
-        };
+        let lane = |name, points, priority, next| junction_lane(name, points, w, priority, next);
         let mut specs = Vec::new();
         for (k, &(name, u)) in ARMS.iter().enumerate() {
             let next = ARMS[Self::next_arm(k)].0;
-            let in_side = [u[1], -u[0]];
-            let out_side = [-u[1], u[0]];
-            let at = |along: f64, side: [f64; 2]| {
-                [
-                    u[0] * along + side[0] * w / 2.0,
-                    u[1] * along + side[1] * w / 2.0,
-                ]
-            };
+            let at = |along: f64, side: bool| arm_point(u, along, w, side);
             let (a, l) = (self.entry_start, self.approach);
             let (t_entry, t_exit) = (axis(k) - self.spread, axis(k) + self.spread);
             specs.push(lane(
                 format!("{name}-in"),
-                vec![at(a + l, in_side), at(a, in_side)],
+                vec![at(a + l, IN), at(a, IN)],
                 1,
                 vec![format!("{name}-entry")],
             ));
             specs.push(lane(
                 format!("{name}-entry"),
                 curve(
-                    at(a, in_side),
+                    at(a, IN),
                     [-u[0], -u[1]],
                     ring_point(t_entry),
                     ring_dir(t_entry),
@@ -849,13 +855,13 @@ impl RoundaboutLayout {
             ));
             specs.push(lane(
                 format!("{name}-exit"),
-                curve(ring_point(t_exit), ring_dir(t_exit), at(a, out_side), u),
+                curve(ring_point(t_exit), ring_dir(t_exit), at(a, OUT), u),
                 3,
                 vec![format!("{name}-out")],
             ));
             specs.push(lane(
                 format!("{name}-out"),
-                vec![at(a, out_side), at(a + l, out_side)],
+                vec![at(a, OUT), at(a + l, OUT)],
                 3,
                 Vec::new(),
             ));

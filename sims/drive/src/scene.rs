@@ -3,13 +3,17 @@
 //! configs/custom-road.toml). Lanes are [`LaneSpec`]s; agents and background streams name the
 //! lanes of their routes. [`RoadScene::check`] refuses a bad scene with the item named: a lane
 //! error from [`Road::new`], an unknown or disconnected route, a start off its lane, agents
-//! overlapping at the start, a count of agents that differs from `[env] agents`.
+//! overlapping at the start, a count of agents that differs from `[env] agents`, lanes that do
+//! not fit in a [`MAX_EXTENT`] square.
 
 use diffrl_core::config::{Invalid, ensure};
 use serde::{Deserialize, Serialize};
 
 use crate::kinematics::LENGTH;
 use crate::road::{LaneSpec, Road};
+
+/// The largest side (m) of the square a scene's lanes must fit in.
+pub const MAX_EXTENT: f64 = 2_000.0;
 
 /// A road and who drives on it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,6 +80,24 @@ impl RoadScene {
     /// relative to the table: `lanes`, `agents[1].route`, `traffic[0].start`, ...).
     pub fn check(&self, agents: usize) -> Result<CheckedScene, Invalid> {
         let road = Road::new(&self.lanes).map_err(|e| Invalid::new("lanes", e.to_string()))?;
+        // The raster's drivable-area mask covers the road's bounding box in 0.25 m cells.
+        let (mut lo, mut hi) = ([f64::INFINITY; 2], [f64::NEG_INFINITY; 2]);
+        for p in self.lanes.iter().flat_map(|l| &l.points) {
+            for k in 0..2 {
+                lo[k] = lo[k].min(p[k]);
+                hi[k] = hi[k].max(p[k]);
+            }
+        }
+        let extent = (hi[0] - lo[0]).max(hi[1] - lo[1]);
+        ensure(
+            extent <= MAX_EXTENT,
+            "lanes",
+            format!(
+                "span {extent:.0} m from x {:.0} to {:.0}, y {:.0} to {:.0}; a scene must fit in \
+                 a {MAX_EXTENT} m square",
+                lo[0], hi[0], lo[1], hi[1]
+            ),
+        )?;
         ensure(
             self.agents.len() == agents,
             "agents",
@@ -230,6 +252,11 @@ mod tests {
             s.agents[1].start = s.agents[0].start + 2.0;
         });
         assert!(e.starts_with("agents[1]:") && e.contains("overlap"), "{e}");
+        let e = err(&|s| s.lanes[9].points[1] = [5_000.0, 2.0]);
+        assert!(
+            e.starts_with("lanes:") && e.contains("2000 m square"),
+            "{e}"
+        );
         let e = err(&|s| s.traffic[2].gap = 1.0);
         assert!(e.starts_with("traffic[2].gap:"), "{e}");
         let e = good.check(2).unwrap_err().to_string();

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::env::{ACCELERATION_RANGE, Drive, DriveConfig, STEERING_RANGE, Scenario};
 use crate::kinematics::LENGTH;
 use crate::road::Road;
-use crate::traffic::{Driver, Neighbour, Traffic};
+use crate::traffic::{Driver, Neighbour, Traffic, paths_conflict};
 
 /// The `[expert]` table of `highway-merge` and `intersection`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,19 +89,8 @@ fn agent_action(
     config: &DriveExpertConfig,
 ) -> [f32; 2] {
     let road = env.road();
-    let ego = env.agent_vehicle(a);
-    let mut traffic: Traffic = env.traffic().clone();
-    traffic.vehicles[ego].target_speed = config.target_speed;
+    let (mut traffic, ego, mut t) = expert_view(env, a, *target, config.target_speed);
     let v = &traffic.vehicles[ego];
-    let mut t = target.unwrap_or(v.lane);
-    // A change under way ends once the vehicle is on the target lane; past the end of the
-    // target lane, follow the road.
-    let lt = &road.lanes[t];
-    if lt.local(v.position()).0 > lt.length() - LENGTH / 2.0
-        && let Some(&n) = lt.next.first()
-    {
-        t = n;
-    }
     let mut gap_acc = None;
     let (on, position) = (v.lane, v.position());
     let lane = &road.lanes[on];
@@ -154,6 +143,26 @@ fn agent_action(
         }
     }
     command(acc, steering, v.state.speed, env.config().policy_hz)
+}
+
+/// What the expert plans agent `a` on: a copy of `env`'s traffic in which the agent cruises at
+/// `speed`, the agent's vehicle index, and the lane it targets now: the remembered `target`
+/// (or its lane), moved on to the next lane of its route (or the first successor) past its end,
+/// as highway-env's `follow_road`. A lane change under way ends once the vehicle is on the
+/// target lane.
+fn expert_view(
+    env: &Drive,
+    a: usize,
+    target: Option<usize>,
+    speed: f64,
+) -> (Traffic, usize, usize) {
+    let ego = env.agent_vehicle(a);
+    let mut traffic: Traffic = env.traffic().clone();
+    traffic.vehicles[ego].target_speed = speed;
+    let v = &traffic.vehicles[ego];
+    let t = target.unwrap_or(v.lane);
+    let t = Traffic::next_target(env.road(), v, t).unwrap_or(t);
+    (traffic, ego, t)
 }
 
 /// highway-env's `IDMVehicle` commands for vehicle `ego` steering towards lane `t`: lane
@@ -255,9 +264,10 @@ fn gap_seeking(traffic: &Traffic, road: &Road, ego: usize, lane: usize) -> f64 {
 
 /// The expert's `[acceleration, steering]` for agent `a` on a junction: highway-env's
 /// `IDMVehicle` along its route at `junction_speed`, yielding more cautiously than the
-/// background's right-of-way rule ([`Traffic::regulate`]). On its incoming lane it predicts its own path at no less than `junction_speed` (a car about
-/// to set off from a stop line is not standing still for the next 3 s, which highway-env's
-/// constant-speed prediction assumes) over 3.5 s, others' at their speed and at the speed they
+/// background's right-of-way rule ([`Traffic::regulate`]). On its incoming lane it predicts
+/// its own path at no less than `junction_speed` (a car about to set off from a stop line is
+/// not standing still for the next 3 s, which highway-env's constant-speed prediction assumes)
+/// over 3.5 s, others' at their speed and at the speed they
 /// cruise at, and brakes to a stop (IDM towards a standing target speed, no harder than stops
 /// it within the control step) while that path conflicts with a vehicle the rule gives way to
 /// or, except on the roundabout, one already in the junction. Past that it drives on: stopping
@@ -269,14 +279,8 @@ fn junction_action(
     config: &DriveExpertConfig,
 ) -> [f32; 2] {
     let road = env.road();
-    let ego = env.agent_vehicle(a);
-    let mut traffic: Traffic = env.traffic().clone();
-    traffic.vehicles[ego].target_speed = config.junction_speed;
+    let (mut traffic, ego, t) = expert_view(env, a, *target, config.junction_speed);
     let v = &traffic.vehicles[ego];
-    let mut t = target.unwrap_or(v.lane);
-    if let Some(n) = Traffic::next_target(road, v, t) {
-        t = n;
-    }
     // It yields on its incoming lane; except on the roundabout (whose ring has priority anyway)
     // it also gives way to anyone already in the junction (past the first lane of its route,
     // not yet on the last).
@@ -289,7 +293,15 @@ fn junction_action(
                 .is_some_and(|k| k > 0 && k + 1 < v.route.len())
     };
     let entering = v.route.first() == Some(&v.lane);
-    let own_speed = v.state.speed.max(config.junction_speed);
+    // Its own path once (only on its incoming lane, where it yields); the others' at both of
+    // their speeds below.
+    let times = Traffic::conflict_times(14);
+    let own = if entering {
+        let speed = v.state.speed.max(config.junction_speed);
+        traffic.predict_at_speed(road, ego, speed, &times)
+    } else {
+        Vec::new()
+    };
     let k = v.route.iter().position(|&l| l == v.lane).unwrap_or(0);
     let ahead = v.route[k.min(v.route.len())..].to_vec();
     *target = Some(t);
@@ -311,7 +323,7 @@ fn junction_action(
                 && [o.state.speed, o.state.speed.max(cruise)]
                     .iter()
                     .any(|&speed| {
-                        traffic.conflict_at_speeds(road, [ego, j], [own_speed, speed], 14)
+                        paths_conflict(&own, &traffic.predict_at_speed(road, j, speed, &times))
                     })
                 && (in_junction(o) || traffic.yielding_of(road, ego, j) == ego)
         });

@@ -136,6 +136,25 @@ pub enum Neighbour {
     Barrier(f64),
 }
 
+/// Whether two predicted paths (points and headings at the same instants) bring the vehicles
+/// within a vehicle length of each other with boxes of 1.5 x their length and 0.9 x their
+/// width overlapping at some instant (highway-env's `is_conflict_possible` test).
+pub fn paths_conflict(a: &[([f64; 2], f64)], b: &[([f64; 2], f64)]) -> bool {
+    let half = Cuboid::new(Vector::new(
+        (1.5 * LENGTH / 2.0) as f32,
+        (0.9 * WIDTH / 2.0) as f32,
+    ));
+    a.iter().zip(b).any(|(&(pa, ha), &(pb, hb))| {
+        let d = [pb[0] - pa[0], pb[1] - pa[1]];
+        if d[0].hypot(d[1]) > LENGTH {
+            return false;
+        }
+        let posa = Pose::new(Vector::ZERO, ha as f32);
+        let posb = Pose::new(Vector::new(d[0] as f32, d[1] as f32), hb as f32);
+        intersection_test(&posa, &half, &posb, &half).is_ok_and(|r| r.intersecting)
+    })
+}
+
 /// The vehicles of a road and their drivers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Traffic {
@@ -483,6 +502,12 @@ impl Traffic {
         self.conflict_at_speeds(road, [i, j], speeds, 11)
     }
 
+    /// The instants `steps` x 0.25 s apart from 0.25 s on at which conflicts are predicted
+    /// (highway-env: 11, to 2.75 s).
+    pub fn conflict_times(steps: usize) -> Vec<f64> {
+        (1..=steps).map(|k| 0.25 * k as f64).collect()
+    }
+
     /// Whether vehicles `pair`, driving on along their routes at `speeds` (m/s), come within
     /// a vehicle length of each other with boxes of 1.5 x their length and 0.9 x their width
     /// overlapping at any of `steps` instants 0.25 s apart from 0.25 s on
@@ -494,22 +519,10 @@ impl Traffic {
         speeds: [f64; 2],
         steps: usize,
     ) -> bool {
-        let times: Vec<f64> = (1..=steps).map(|k| 0.25 * k as f64).collect();
+        let times = Self::conflict_times(steps);
         let a = self.predict_at_speed(road, pair[0], speeds[0], &times);
         let b = self.predict_at_speed(road, pair[1], speeds[1], &times);
-        let half = Cuboid::new(Vector::new(
-            (1.5 * LENGTH / 2.0) as f32,
-            (0.9 * WIDTH / 2.0) as f32,
-        ));
-        a.iter().zip(&b).any(|(&(pa, ha), &(pb, hb))| {
-            let d = [pb[0] - pa[0], pb[1] - pa[1]];
-            if d[0].hypot(d[1]) > LENGTH {
-                return false;
-            }
-            let posa = Pose::new(Vector::ZERO, ha as f32);
-            let posb = Pose::new(Vector::new(d[0] as f32, d[1] as f32), hb as f32);
-            intersection_test(&posa, &half, &posb, &half).is_ok_and(|r| r.intersecting)
-        })
+        paths_conflict(&a, &b)
     }
 
     /// highway-env's `RegulatedRoad.respect_priorities`: which of vehicles `i` and `j` yields
@@ -542,12 +555,17 @@ impl Traffic {
                 v.target_speed = v.cruise_speed;
             }
         }
+        // Each vehicle's path once, then every pair ([`Traffic::conflict_possible`]).
+        let times = Self::conflict_times(11);
+        let paths: Vec<_> = (0..self.vehicles.len())
+            .map(|i| self.predict_constant_speed(road, i, &times))
+            .collect();
         let n = self.vehicles.len();
         for i in 0..n {
             for j in i + 1..n {
                 if self.vehicles[i].crashed
                     || self.vehicles[j].crashed
-                    || !self.conflict_possible(road, i, j)
+                    || !paths_conflict(&paths[i], &paths[j])
                 {
                     continue;
                 }
