@@ -45,7 +45,7 @@ use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, LazyLock};
 
-use crate::kinematics::{VehicleState, rollout};
+use crate::kinematics::{VehicleState, body_displacement, rollout, track};
 use crate::raster::RoadMask;
 use crate::road::{IntersectionLayout, MergeLayout, Road, RoundaboutLayout, Turn, wrap_to_pi};
 use crate::scene::{CheckedScene, RoadScene};
@@ -68,12 +68,67 @@ pub const NEIGHBOUR_OBS: usize = 6;
 /// Neighbours beyond this distance (m) are not observed.
 pub const OBS_RANGE: f64 = 80.0;
 
-/// The `[steering (rad), acceleration (m/s^2)]` agent `a`'s part of `action` commands.
+/// Longitudinal waypoint range (m): `dx` = +-1 is this far ahead of (behind) the agent at the
+/// end of the control step: 40 m/s, highway-env's speed limit, over 0.2 s (5 Hz control).
+pub const WAYPOINT_DX: f64 = 8.0;
+/// Lateral waypoint range (m): `dy` = +-1 is this far to the left (right): about the most full
+/// steering moves a car sideways in 0.2 s at 25 m/s.
+pub const WAYPOINT_DY: f64 = 4.0;
+
+/// The `[steering (rad), acceleration (m/s^2)]` agent `a`'s part of a controls `action`
+/// commands.
 fn command(action: &[f32], a: usize) -> [f64; 2] {
     [
         f64::from(action[2 * a + 1]) * STEERING_RANGE,
         f64::from(action[2 * a]) * ACCELERATION_RANGE,
     ]
+}
+
+/// The `[steering (rad), acceleration (m/s^2)]` held over a control step of `substeps` physics
+/// steps of `dt` s for the action `row` (one agent's two components, in [-1, 1]) of a vehicle
+/// in `state`: the controls themselves, or the tracker's command for the waypoint.
+fn agent_command(
+    mode: DriveActions,
+    state: VehicleState,
+    row: [f32; 2],
+    substeps: usize,
+    dt: f64,
+) -> [f64; 2] {
+    match mode {
+        DriveActions::Controls => command(&row, 0),
+        DriveActions::Waypoints => {
+            let target = [
+                f64::from(row[0]) * WAYPOINT_DX,
+                f64::from(row[1]) * WAYPOINT_DY,
+            ];
+            // Actions are checked finite before they get here; a non-finite state (never
+            // reached from a reset) coasts.
+            track(
+                state,
+                target,
+                substeps,
+                dt,
+                [STEERING_RANGE, ACCELERATION_RANGE],
+            )
+            .unwrap_or([0.0, 0.0])
+        }
+    }
+}
+
+/// What the agents' actions command (`[env] actions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriveActions {
+    /// Per agent `[acceleration, steering]` in [-1, 1]: +-5 m/s^2 and +-pi/4 rad, highway-env's
+    /// `ContinuousAction`.
+    #[default]
+    Controls,
+    /// Per agent `[dx, dy]` in [-1, 1]: the waypoint where the agent should be at the end of
+    /// the control step, in its frame at the step's start (+-[`WAYPOINT_DX`] m ahead,
+    /// +-[`WAYPOINT_DY`] m to the left), so that a chunk of actions is a planned trajectory.
+    /// A tracker turns each waypoint into the steering and acceleration that reach it
+    /// ([`crate::kinematics::track`], within the controls' ranges).
+    Waypoints,
 }
 
 /// Domain randomisation of the traffic, drawn at every reset.
@@ -189,6 +244,9 @@ pub struct DriveConfig {
     pub goal_x: f64,
     /// Nearest vehicles each agent observes.
     pub neighbours: usize,
+    /// What an agent's action commands: `"controls"` (acceleration and steering) or
+    /// `"waypoints"` (where to be at the end of the control step, tracked by a controller).
+    pub actions: DriveActions,
     /// Domain randomisation.
     pub randomize: DriveRandomization,
     /// Weights of the step reward.
@@ -293,6 +351,7 @@ impl Default for DriveConfig {
             sim_hz: 15,
             goal_x: 370.0,
             neighbours: 6,
+            actions: DriveActions::Controls,
             randomize: DriveRandomization::default(),
             reward: DriveReward::default(),
             expert_reference: false,
@@ -417,10 +476,15 @@ impl DriveConfig {
         names
     }
 
-    /// Names of the action components (`a0.acceleration`, `a0.steering`, ...).
+    /// Names of the action components (`a0.acceleration`, `a0.steering`, ...; with waypoints
+    /// `a0.dx`, `a0.dy`, ...).
     pub fn action_names(&self) -> Vec<String> {
+        let [x, y] = match self.actions {
+            DriveActions::Controls => ["acceleration", "steering"],
+            DriveActions::Waypoints => ["dx", "dy"],
+        };
         (0..self.agents)
-            .flat_map(|a| [format!("a{a}.acceleration"), format!("a{a}.steering")])
+            .flat_map(|a| [format!("a{a}.{x}"), format!("a{a}.{y}")])
             .collect()
     }
 }
@@ -1208,28 +1272,62 @@ impl Drive {
         let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
         let dt = 1.0 / f64::from(self.config.sim_hz);
         let per = 2 * starts.len();
+        let mode = self.config.actions;
         ActionPaths2d::new(move |chunk: &[f32]| {
             starts
                 .iter()
                 .enumerate()
                 .map(|(a, &start)| {
-                    let commands: Vec<[f64; 2]> = chunk
-                        .chunks_exact(per)
-                        .flat_map(|row| {
-                            let clamped = [row[2 * a], row[2 * a + 1]].map(|v| v.clamp(-1.0, 1.0));
-                            std::iter::repeat_n(command(&clamped, 0), substeps)
-                        })
-                        .collect();
-                    // Non-finite commands (never in a chain) draw no path.
-                    rollout(start, &commands, dt)
-                        .unwrap_or_default()
-                        .iter()
-                        .step_by(substeps.max(1))
-                        .map(|s| [s.x as f32, s.y as f32])
-                        .collect()
+                    let mut path = vec![[start.x as f32, start.y as f32]];
+                    let mut state = start;
+                    for row in chunk.chunks_exact(per) {
+                        let row = [row[2 * a], row[2 * a + 1]];
+                        // Non-finite components (never in a chain) end the path.
+                        if !row.iter().all(|v| v.is_finite()) {
+                            break;
+                        }
+                        let row = row.map(|v| v.clamp(-1.0, 1.0));
+                        let held = agent_command(mode, state, row, substeps, dt);
+                        let Some(&end) = rollout(state, &vec![held; substeps], dt)
+                            .ok()
+                            .as_ref()
+                            .and_then(|states| states.last())
+                        else {
+                            break;
+                        };
+                        state = end;
+                        path.push([state.x as f32, state.y as f32]);
+                    }
+                    path
                 })
                 .collect()
         })
+    }
+
+    /// Agent `a`'s action for the controls `row` (`[acceleration, steering]` in action units)
+    /// in this env's action mode: the row itself, or with waypoints the point the agent's
+    /// bicycle reaches under the held controls by the end of the control step (in action units,
+    /// clamped to [-1, 1]), which the tracker turns back into the same controls. How the
+    /// expert drives a waypoint env.
+    pub fn action_for_controls(&self, a: usize, row: [f32; 2]) -> [f32; 2] {
+        match self.config.actions {
+            DriveActions::Controls => row,
+            DriveActions::Waypoints => {
+                let start = self.traffic.vehicles[self.episode.agents[a]].state;
+                let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
+                let dt = 1.0 / f64::from(self.config.sim_hz);
+                let held = command(&row, 0);
+                let end = rollout(start, &vec![held; substeps], dt)
+                    .ok()
+                    .and_then(|states| states.last().copied())
+                    .unwrap_or(start);
+                let [dx, dy] = body_displacement(start, end);
+                [
+                    (dx / WAYPOINT_DX).clamp(-1.0, 1.0) as f32,
+                    (dy / WAYPOINT_DY).clamp(-1.0, 1.0) as f32,
+                ]
+            }
+        }
     }
 
     /// Agents' `[x, y, heading, speed]`, concatenated.
@@ -1298,6 +1396,13 @@ impl Env for Drive {
         let (mut failed, mut collided, mut left_road) = (false, false, false);
         // highway-env's RegulatedRoad enforces its rules every int(sim_hz / 2) physics steps.
         let regulation_period = (self.config.sim_hz / 2).max(1) as usize;
+        let held: Vec<[f64; 2]> = (0..self.config.agents)
+            .map(|a| {
+                let state = self.traffic.vehicles[self.episode.agents[a]].state;
+                let row = [action[2 * a], action[2 * a + 1]];
+                agent_command(self.config.actions, state, row, substeps, dt)
+            })
+            .collect();
         for _ in 0..substeps {
             if self.scenario.junction() {
                 self.episode.sim_steps += 1;
@@ -1312,7 +1417,7 @@ impl Env for Drive {
                         let [steering, acceleration] = self.traffic.idm_action(&road, i);
                         [steering, self.traffic.react(i, acceleration)]
                     }
-                    Driver::Agent(a) => command(&action, a),
+                    Driver::Agent(a) => held[a],
                 });
             }
             for (i, j) in self.traffic.step(&road, &commands, dt) {
@@ -1361,7 +1466,7 @@ impl Env for Drive {
         for a in 0..self.config.agents {
             let v = &self.traffic.vehicles[self.episode.agents[a]];
             self.episode.speed_sum += v.state.speed;
-            let acc = command(&action, a)[1];
+            let acc = held[a][1];
             if let Some(last) = self.episode.last_acceleration[a] {
                 jerk += (acc - last).abs() * hz;
             }
@@ -1805,6 +1910,55 @@ mod tests {
         }
         // The scene carries the map.
         assert!(env.scene().unwrap().action_paths.is_some());
+
+        // With waypoints, a chunk's path passes through its waypoints (the first checked here:
+        // from the start pose) and is what stepping gives.
+        let mut env = Drive::new(DriveConfig {
+            actions: DriveActions::Waypoints,
+            ..DriveConfig::default()
+        });
+        env.reset(2);
+        // Each agent keeps about its speed and drifts a few centimetres sideways.
+        let cruise: Vec<f32> = (0..2)
+            .map(|a| {
+                let v = env.traffic().vehicles[env.agent_vehicle(a)].state.speed;
+                (v * 0.2 / WAYPOINT_DX) as f32
+            })
+            .collect();
+        let chunk: Vec<f32> = [
+            [0.004, 0.0, -0.004, 0.005],
+            [0.0, 0.005, 0.0, -0.005],
+            [0.003, -0.01, 0.0, 0.0],
+        ]
+        .iter()
+        .flat_map(|&[ax, ay, bx, by]| [cruise[0] + ax, ay, cruise[1] + bx, by])
+        .collect();
+        let paths = env.action_paths().paths(&chunk);
+        for (a, path) in paths.iter().enumerate() {
+            let v = env.traffic().vehicles[env.agent_vehicle(a)].state;
+            let (s, c) = v.heading.sin_cos();
+            let [dx, dy] = [
+                f64::from(chunk[2 * a]) * WAYPOINT_DX,
+                f64::from(chunk[2 * a + 1]) * WAYPOINT_DY,
+            ];
+            let want = [v.x + c * dx - s * dy, v.y + s * dx + c * dy];
+            let p = path[1];
+            let d = (f64::from(p[0]) - want[0]).hypot(f64::from(p[1]) - want[1]);
+            assert!(d < 1e-3, "agent {a}: waypoint {want:?}, path {p:?}");
+        }
+        for (k, row) in chunk.chunks(4).enumerate() {
+            env.step(row).unwrap();
+            for (a, path) in paths.iter().enumerate() {
+                let v = &env.traffic().vehicles[env.agent_vehicle(a)];
+                let p = path[k + 1];
+                let d = (f64::from(p[0]) - v.state.x).hypot(f64::from(p[1]) - v.state.y);
+                assert!(
+                    d < 1e-3,
+                    "waypoints, agent {a}, step {k}: {p:?} vs {:?}",
+                    v.state
+                );
+            }
+        }
     }
 
     #[test]

@@ -102,6 +102,115 @@ pub fn rollout(
     Ok(states)
 }
 
+/// Where `end` lies in the frame of `start`: `[longitudinal, lateral]` (m, lateral to the left
+/// of the heading).
+pub fn body_displacement(start: VehicleState, end: VehicleState) -> [f64; 2] {
+    let (dx, dy) = (end.x - start.x, end.y - start.y);
+    let (s, c) = start.heading.sin_cos();
+    [c * dx + s * dy, -s * dx + c * dy]
+}
+
+/// The waypoint tracker: the `[steering (rad), acceleration (m/s^2)]` that, held for `substeps`
+/// physics steps of `dt` s, bring a vehicle from `start` closest to `target` (`[longitudinal,
+/// lateral]` m in its own frame, [`body_displacement`]), within `|steering| <= max[0]` and
+/// `|acceleration| <= max[1]`. An exact inverse of the bicycle model over one control step:
+/// damped Gauss-Newton on the displacement that [`VehicleState::step`] gives, from the guess of
+/// a circular arc through the target at a constant acceleration; a target that the ranges
+/// cannot reach gets the reachable command nearest to it. `None` for a non-finite input.
+pub fn track(
+    start: VehicleState,
+    target: [f64; 2],
+    substeps: usize,
+    dt: f64,
+    max: [f64; 2],
+) -> Option<[f64; 2]> {
+    let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
+    if !finite(&start.to_array()) || !finite(&target) || !finite(&max) || substeps == 0 {
+        return None;
+    }
+    let t = dt * substeps as f64;
+    let reach = |u: [f64; 2]| {
+        let mut s = start;
+        for _ in 0..substeps {
+            s = s.step(u[0], u[1], dt);
+        }
+        body_displacement(start, s)
+    };
+    let clamp = |u: [f64; 2]| [u[0].clamp(-max[0], max[0]), u[1].clamp(-max[1], max[1])];
+    // The guess: the arc through the target tangent to the heading (curvature 2 y / d^2, the
+    // bicycle's sin(beta) / (L / 2)), covered at a constant acceleration.
+    let [x, y] = target;
+    let d2 = x * x + y * y;
+    let kappa = if d2 > 1e-12 { 2.0 * y / d2 } else { 0.0 };
+    let beta = (kappa * LENGTH / 2.0).clamp(-1.0, 1.0).asin();
+    let arc = if kappa.abs() * d2.sqrt() > 1e-9 {
+        (2.0 * (kappa * d2.sqrt() / 2.0).clamp(-1.0, 1.0).asin() / kappa).abs()
+    } else {
+        d2.sqrt()
+    } * x.signum();
+    let mut u = clamp([(2.0 * beta.tan()).atan(), 2.0 * (arc / t - start.speed) / t]);
+    let err = |u: [f64; 2]| {
+        let r = reach(u);
+        [r[0] - x, r[1] - y]
+    };
+    let mut e = err(u);
+    let norm = |e: [f64; 2]| e[0] * e[0] + e[1] * e[1];
+    for _ in 0..12 {
+        if norm(e) < 1e-18 {
+            break;
+        }
+        // Jacobian by central differences, then a Levenberg-damped Gauss-Newton step.
+        let h = [1e-6, 1e-5];
+        let mut j = [[0.0; 2]; 2];
+        for k in 0..2 {
+            let (mut up, mut dn) = (u, u);
+            up[k] += h[k];
+            dn[k] -= h[k];
+            let (a, b) = (err(up), err(dn));
+            for i in 0..2 {
+                j[i][k] = (a[i] - b[i]) / (2.0 * h[k]);
+            }
+        }
+        let jtj = [
+            [
+                j[0][0] * j[0][0] + j[1][0] * j[1][0],
+                j[0][0] * j[0][1] + j[1][0] * j[1][1],
+            ],
+            [0.0, j[0][1] * j[0][1] + j[1][1] * j[1][1]],
+        ];
+        let jte = [
+            j[0][0] * e[0] + j[1][0] * e[1],
+            j[0][1] * e[0] + j[1][1] * e[1],
+        ];
+        let lambda = 1e-9 * (jtj[0][0] + jtj[1][1]) + 1e-15;
+        let (a11, a12, a22) = (jtj[0][0] + lambda, jtj[0][1], jtj[1][1] + lambda);
+        let det = a11 * a22 - a12 * a12;
+        if det.abs() < 1e-30 {
+            break;
+        }
+        let delta = [
+            (a22 * jte[0] - a12 * jte[1]) / det,
+            (a11 * jte[1] - a12 * jte[0]) / det,
+        ];
+        // Halve the step until the error falls (or give up at the current command).
+        let mut step = 1.0;
+        let mut improved = false;
+        while step > 1e-3 {
+            let cand = clamp([u[0] - step * delta[0], u[1] - step * delta[1]]);
+            let ce = err(cand);
+            if norm(ce) < norm(e) {
+                (u, e, improved) = (cand, ce, true);
+                break;
+            }
+            step *= 0.5;
+        }
+        if !improved {
+            break;
+        }
+    }
+    Some(u)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +254,43 @@ mod tests {
         assert_eq!(state(0.0, 40.0).clipped_acceleration(3.0), 3.0);
         // Within the limits nothing changes, however hard the command.
         assert_eq!(state(0.0, 20.0).clipped_acceleration(100.0), 100.0);
+    }
+
+    /// The tracker inverts the bicycle model over one control step: a target the model reached
+    /// under some command in range is reached again (to a micrometre), whatever the speed and
+    /// heading; out of range, the command stays in range.
+    #[test]
+    fn the_tracker_reaches_what_the_model_can_reach() {
+        let (n, dt, max) = (3, 1.0 / 15.0, [std::f64::consts::FRAC_PI_4, 5.0]);
+        for &(heading, speed) in &[(0.0, 20.0), (1.3, 8.0), (-2.9, 2.0), (0.4, 0.5), (0.0, 0.0)] {
+            for &(steering, acc) in &[
+                (0.0, 0.0),
+                (0.05, -3.0),
+                (-0.3, 2.0),
+                (0.7, 4.5),
+                (-0.02, -5.0),
+            ] {
+                let start = state(heading, speed);
+                let mut end = start;
+                for _ in 0..n {
+                    end = end.step(steering, acc, dt);
+                }
+                let target = body_displacement(start, end);
+                let u = track(start, target, n, dt, max).unwrap();
+                let mut got = start;
+                for _ in 0..n {
+                    got = got.step(u[0], u[1], dt);
+                }
+                let miss = ((got.x - end.x).powi(2) + (got.y - end.y).powi(2)).sqrt();
+                assert!(
+                    miss < 1e-6,
+                    "{heading} {speed} {steering} {acc}: missed by {miss} m"
+                );
+            }
+        }
+        let u = track(state(0.0, 10.0), [50.0, 30.0], n, dt, max).unwrap();
+        assert!(u[0].abs() <= max[0] && u[1].abs() <= max[1]);
+        assert!(track(state(0.0, 10.0), [f64::NAN, 0.0], n, dt, max).is_none());
     }
 
     #[test]

@@ -57,6 +57,13 @@ pub struct BenchArgs {
     /// `serve` only: the checkpoint to serve.
     #[arg(long)]
     pub policy: Option<std::path::PathBuf>,
+    /// `policy` only: the chain batch sizes to time (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 64])]
+    pub batches: Vec<usize>,
+    /// `policy` only: (environment step, denoising step) pairs per timed GRPO minibatch update
+    /// (`[grpo] minibatch`'s default).
+    #[arg(long, default_value_t = 2048)]
+    pub pairs: usize,
     /// `serve` only: concurrent clients.
     #[arg(long, default_value_t = 32)]
     pub clients: usize,
@@ -145,9 +152,10 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
     diffrl_core::stats::nearest_rank_quantile(&v, 0.5).unwrap_or(f64::NAN) * 1e3
 }
 
-/// `diffrl bench policy`: one K = 10 chain at batch 1 and 64, one BC training step at batch 256
-/// of the default residual-MLP diffusion policy at Diffusion Policy's horizons (To 2, Tp 16, Ta 8; Push-T state dimensions); JSON lines in the
-/// format of tools/bench_policy_torch.py.
+/// `diffrl bench policy`: one K = 10 chain at each of `--batches`, one BC training step at batch
+/// 256 and one GRPO minibatch update over `--pairs` (environment step, denoising step) pairs, of
+/// the default residual-MLP diffusion policy at Diffusion Policy's horizons (To 2, Tp 16, Ta 8;
+/// Push-T state dimensions); JSON lines in the format of tools/bench_policy_torch.py.
 fn policy<B: burn::tensor::backend::AutodiffBackend>(
     args: &BenchArgs,
     device: &B::Device,
@@ -187,7 +195,13 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
         Policy::<B::InnerBackend>::new(cfg.clone(), spec.clone(), norm.clone(), args.seed, device)?;
     let mut rng = seeding::rng(args.seed);
     let threads = rayon::current_num_threads();
-    for b in [1usize, 64] {
+    anyhow::ensure!(
+        args.batches.iter().all(|&b| b >= 1),
+        "--batches: every batch size must be at least 1"
+    );
+    anyhow::ensure!(args.pairs >= 1, "--pairs must be at least 1");
+    let params = burn::module::Module::num_params(&policy.model);
+    for &b in &args.batches {
         let obs = ObsBatch {
             batch: b,
             state: (0..b * 2 * 5)
@@ -208,7 +222,7 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
         writeln!(
             out,
             "{}",
-            serde_json::json!({"impl": "diffrl", "device": backend, "what": format!("chain_b{b}"), "median_ms": median_ms(times), "threads": threads})
+            serde_json::json!({"impl": "diffrl", "device": backend, "what": format!("chain_b{b}"), "median_ms": median_ms(times), "threads": threads, "params": params})
         )?;
     }
     let mut train = Policy::<B>::new(cfg, spec, norm, args.seed, device)?;
@@ -260,8 +274,44 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
         writeln!(
             out,
             "{}",
-            serde_json::json!({"impl": "diffrl", "device": backend, "what": if shards == 1 { "train_b256".to_string() } else { format!("train_b256_shards{shards}") }, "median_ms": median_ms(times), "threads": if shards == 1 { threads } else { shards }})
+            serde_json::json!({"impl": "diffrl", "device": backend, "what": if shards == 1 { "train_b256".to_string() } else { format!("train_b256_shards{shards}") }, "median_ms": median_ms(times), "threads": if shards == 1 { threads } else { shards }, "params": params})
         )?;
     }
+    // One GRPO minibatch update (crates/learn/src/surrogate.rs): the log-probs of `pairs`
+    // stored (x_k, x_{k-1}) pairs at mixed chain steps under the current weights, the clipped
+    // surrogate, its backward pass and an AdamW step.
+    let n = args.pairs;
+    let k = train.process().map_or(1, |p| p.ft_steps());
+    let mut times = Vec::new();
+    for i in 0..args.repeats.min(30) + 3 {
+        let rand = |len: usize, rng: &mut diffrl_core::seeding::Rng| -> Vec<f32> {
+            (0..len).map(|_| rng.random_range(-1.0..1.0)).collect()
+        };
+        let obs = ObsTensors {
+            state: Tensor::from_data(TensorData::new(rand(n * 10, &mut rng), [n, 2, 5]), device),
+            image: None,
+            text: None,
+        };
+        let x = Tensor::from_data(TensorData::new(rand(n * 32, &mut rng), [n, 16, 2]), device);
+        let next = Tensor::from_data(TensorData::new(rand(n * 32, &mut rng), [n, 16, 2]), device);
+        let old = Tensor::from_data(TensorData::new(rand(n, &mut rng), [n]), device);
+        let adv = Tensor::from_data(TensorData::new(rand(n, &mut rng), [n]), device);
+        let steps: Vec<usize> = (0..n).map(|j| j % k).collect();
+        let t = Instant::now();
+        let new = train.pair_logprobs(&obs, x, next, &steps);
+        let loss = diffrl_learn::grpo::surrogate_loss(new, old, adv, None, [0.2, 0.2], 0.0);
+        let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &train.model);
+        train.model = optim.step(1e-4, train.model.clone(), grads);
+        sync()?;
+        if i >= 3 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let ms = median_ms(times);
+    writeln!(
+        out,
+        "{}",
+        serde_json::json!({"impl": "diffrl", "device": backend, "what": format!("update_pairs{n}"), "median_ms": ms, "pairs_per_s": n as f64 / (ms / 1e3), "threads": threads, "params": params})
+    )?;
     Ok(())
 }
