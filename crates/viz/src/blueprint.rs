@@ -11,6 +11,12 @@
 //! +--------------------+-----------------------------------------------+
 //! ```
 //!
+//! A scene that predicts its agents' paths from action chunks (the driving tasks) gets the
+//! [`Layout::Road`] variant: the chain view draws each denoising chain as the agents' paths over
+//! the bird's-eye road (`scene/` without the executed and predicted chunks, under `chain/x`),
+//! so a chain reads as trajectories converging from noise onto the lanes. The recorder sends it
+//! when the first such scene arrives.
+//!
 //! A 3-D task gets the [`Layout::Solid`] variant: the left column's scene tab is a 3-D view of
 //! `scene3d/` (bodies, the end effector's path, the action chunk), beside tabs for the policy's
 //! pixels and the named cameras; the chain view shows each denoising chain as 3-D paths of the
@@ -38,6 +44,8 @@ pub enum Layout {
     Flat,
     /// A 3-D world (`scene3d/`), actions and chains as 3-D paths.
     Solid,
+    /// A 2-D road scene whose actions are the agents' paths: chains drawn over the road.
+    Road,
 }
 
 /// The layout described in the module docs, its time panel on `timeline` (training commands
@@ -54,6 +62,22 @@ pub fn default_blueprint(timeline: Timeline, layout: Layout) -> Blueprint {
             let chain = Spatial2DView::new("denoising chain (x_K blue .. x_0 red)")
                 .with_origin(root(paths::CHAIN))
                 .with_contents([format!("/{}/**", paths::CHAIN_X)]);
+            Vertical::new([scene.into(), chain.into()])
+        }
+        Layout::Road => {
+            let scene = Tabs::new([
+                ContainerLike::from(
+                    Spatial2DView::new("bird's-eye scene").with_origin(root(paths::SCENE)),
+                ),
+                pixels.into(),
+            ]);
+            let chain = Spatial2DView::new("denoising chain over the road (x_K blue .. x_0 red)")
+                .with_origin("/")
+                .with_contents([
+                    format!("/{}/**", paths::SCENE),
+                    format!("- /{}/actions/**", paths::SCENE),
+                    format!("/{}/**", paths::CHAIN_X),
+                ]);
             Vertical::new([scene.into(), chain.into()])
         }
         Layout::Solid => {

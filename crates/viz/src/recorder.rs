@@ -83,6 +83,8 @@ struct State {
     bodies: HashMap<&'static str, Body>,
     /// Whether the 3-D layout was sent.
     solid: bool,
+    /// Whether the road layout was sent.
+    road: bool,
     /// How the last scene's actions map to 3-D points.
     actions_3d: Option<ActionPoints3d>,
     /// How the last scene's actions map to paths of its agents in 2-D.
@@ -252,6 +254,7 @@ impl RerunRecorder {
                 bounds: None,
                 bodies: HashMap::new(),
                 solid: false,
+                road: false,
                 actions_3d: None,
                 action_paths: None,
                 tool_path: Vec::new(),
@@ -631,14 +634,18 @@ impl Recorder for RerunRecorder {
             );
             st.shapes.insert(item.name, item.shape.clone());
         }
+        let activation = rerun::blueprint::BlueprintActivation {
+            make_active: true,
+            make_default: true,
+        };
         if scene.is_3d() && !st.solid {
             st.solid = true;
-            let activation = rerun::blueprint::BlueprintActivation {
-                make_active: true,
-                make_default: true,
-            };
             let r = default_blueprint(self.timeline, Layout::Solid).send(&self.rec, activation);
             self.check("sending the 3-D layout", r);
+        } else if !scene.is_3d() && scene.action_paths.is_some() && !st.road {
+            st.road = true;
+            let r = default_blueprint(self.timeline, Layout::Road).send(&self.rec, activation);
+            self.check("sending the road layout", r);
         }
         st.actions_3d = scene.actions_3d;
         st.action_paths.clone_from(&scene.action_paths);
@@ -1047,5 +1054,22 @@ mod tests {
         ] {
             assert_eq!(s.rows(path), 1, "{path}");
         }
+        // Such a scene gets the road layout (sent once), a plain 2-D scene does not.
+        let (rec, storage) = RerunRecorder::memory().unwrap();
+        rec.scene(&Scene::new([[0.0, 0.0], [10.0, 10.0]], true));
+        drop(rec);
+        let plain = RecordingSummary::from_messages(&storage.take()).unwrap();
+        let road = |scenes: usize| {
+            let (rec, storage) = RerunRecorder::memory().unwrap();
+            for _ in 0..scenes {
+                rec.scene(&scene);
+            }
+            drop(rec);
+            RecordingSummary::from_messages(&storage.take())
+                .unwrap()
+                .blueprint_messages
+        };
+        assert!(road(1) > plain.blueprint_messages);
+        assert_eq!(road(2), road(1));
     }
 }
