@@ -703,6 +703,37 @@ fn driving_metrics_reach_the_evaluation_report() {
     let eps = data.episodes("observation.state").unwrap();
     assert_eq!(eps[0].observations[0].state.len(), 3 * 53);
     assert_eq!(eps[0].actions[0].len(), 6);
+    // With waypoint actions the expert's demos hold where each agent went in a control step:
+    // about its speed x 0.2 s ahead (agents drive at 20-30 m/s; dx = 1 is 8 m), little aside.
+    let cfgw = d.path().join("hmw.toml");
+    std::fs::write(
+        &cfgw,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("[env]\n", "[env]\nactions = \"waypoints\"\n"),
+    )
+    .unwrap();
+    let dsw = d.path().join("demosw");
+    cli(&[
+        "demos",
+        "highway-merge",
+        "--config",
+        &cfgw.display().to_string(),
+        "--episodes",
+        "1",
+        "--out",
+        &dsw.display().to_string(),
+    ])
+    .unwrap();
+    let data = read_dataset(&dsw).unwrap();
+    let eps = data.episodes("observation.state").unwrap();
+    for a in &eps[0].actions {
+        assert!(a.len() == 4, "{a:?}");
+        for agent in a.chunks(2) {
+            assert!((0.4..0.9).contains(&agent[0]), "dx {a:?}");
+            assert!(agent[1].abs() < 0.2, "dy {a:?}");
+        }
+    }
 }
 
 /// The joint planner on highway-merge: it trains from demos, its checkpoint records the agents'
