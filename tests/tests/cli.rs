@@ -678,54 +678,34 @@ fn driving_metrics_reach_the_evaluation_report() {
         assert!(lo <= mean && mean <= hi, "{name}: {m}");
     }
     assert!(r["per_episode"][0]["metrics"]["speed"].as_f64().unwrap() > 0.0);
+    // One expert episode recorded with `line` added to [env].
+    let demos_with = |name: &str, line: &str| {
+        let cfg2 = d.path().join(format!("{name}.toml"));
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        std::fs::write(&cfg2, text.replace("[env]\n", &format!("[env]\n{line}\n"))).unwrap();
+        let ds2 = d.path().join(name);
+        let (cfg2, ds2) = (cfg2.display().to_string(), ds2.display().to_string());
+        cli(&[
+            "demos",
+            "highway-merge",
+            "--config",
+            &cfg2,
+            "--episodes",
+            "1",
+            "--out",
+            &ds2,
+        ])
+        .unwrap();
+        read_dataset(&ds2).unwrap()
+    };
     // Datasets take the layout of the configured scene: 3 agents, 3 observation blocks.
-    let cfg3 = d.path().join("hm3.toml");
-    std::fs::write(
-        &cfg3,
-        std::fs::read_to_string(&cfg)
-            .unwrap()
-            .replace("[env]\n", "[env]\nagents = 3\n"),
-    )
-    .unwrap();
-    let ds3 = d.path().join("demos3");
-    cli(&[
-        "demos",
-        "highway-merge",
-        "--config",
-        &cfg3.display().to_string(),
-        "--episodes",
-        "1",
-        "--out",
-        &ds3.display().to_string(),
-    ])
-    .unwrap();
-    let data = read_dataset(&ds3).unwrap();
+    let data = demos_with("hm3", "agents = 3");
     let eps = data.episodes("observation.state").unwrap();
     assert_eq!(eps[0].observations[0].state.len(), 3 * 53);
     assert_eq!(eps[0].actions[0].len(), 6);
     // With waypoint actions the expert's demos hold where each agent went in a control step:
     // about its speed x 0.2 s ahead (agents drive at 20-30 m/s; dx = 1 is 8 m), little aside.
-    let cfgw = d.path().join("hmw.toml");
-    std::fs::write(
-        &cfgw,
-        std::fs::read_to_string(&cfg)
-            .unwrap()
-            .replace("[env]\n", "[env]\nactions = \"waypoints\"\n"),
-    )
-    .unwrap();
-    let dsw = d.path().join("demosw");
-    cli(&[
-        "demos",
-        "highway-merge",
-        "--config",
-        &cfgw.display().to_string(),
-        "--episodes",
-        "1",
-        "--out",
-        &dsw.display().to_string(),
-    ])
-    .unwrap();
-    let data = read_dataset(&dsw).unwrap();
+    let data = demos_with("hmw", "actions = \"waypoints\"");
     let eps = data.episodes("observation.state").unwrap();
     for a in &eps[0].actions {
         assert!(a.len() == 4, "{a:?}");
