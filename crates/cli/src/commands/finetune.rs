@@ -324,6 +324,9 @@ pub fn finetune_cmd(
         Timeline::TrainStep,
         out,
     )?;
+    if let Some(w) = args.device.sharding_warning(&cfg) {
+        writeln!(out, "{w}")?;
+    }
     with_device!(args.device, |device, B| {
         finetune::<B>(
             &cfg,

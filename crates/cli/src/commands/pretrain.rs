@@ -73,6 +73,9 @@ pub fn pretrain_cmd(
         Timeline::TrainStep,
         out,
     )?;
+    if let Some(w) = args.device.sharding_warning(&cfg) {
+        writeln!(out, "{w}")?;
+    }
     with_device!(args.device, |device, B| {
         pretrain::<B>(
             &cfg,

@@ -139,6 +139,9 @@ pub fn run(
         out,
     )?;
     let rec = recording.recorder();
+    if let Some(w) = args.device.sharding_warning(&cfg) {
+        writeln!(out, "{w}")?;
+    }
     let result = with_device!(args.device, |device, B| {
         stages::<B>(&cfg, &mut run, rec, &device, out)
     })?;
