@@ -696,7 +696,7 @@ fn driving_metrics_reach_the_evaluation_report() {
             &ds2,
         ])
         .unwrap();
-        read_dataset(&ds2).unwrap()
+        read_dataset(Path::new(&ds2)).unwrap()
     };
     // Datasets take the layout of the configured scene: 3 agents, 3 observation blocks.
     let data = demos_with("hm3", "agents = 3");

@@ -1463,10 +1463,9 @@ impl Env for Drive {
         }
         let hz = f64::from(self.config.policy_hz);
         let mut jerk = 0.0;
-        for a in 0..self.config.agents {
+        for (a, &[_, acc]) in held.iter().enumerate() {
             let v = &self.traffic.vehicles[self.episode.agents[a]];
             self.episode.speed_sum += v.state.speed;
-            let acc = held[a][1];
             if let Some(last) = self.episode.last_acceleration[a] {
                 jerk += (acc - last).abs() * hz;
             }
