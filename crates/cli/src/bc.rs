@@ -172,11 +172,12 @@ pub fn pretrain<B: AutodiffBackend>(
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     writeln!(
         out,
-        "pretrain: {} samples from {} episodes of {}; {:?} policy, {} steps of batch {}",
+        "pretrain: {} samples from {} episodes of {}; {:?} policy of {} parameters, {} steps of batch {}",
         data.len,
         episodes.len(),
         dataset.display(),
         cfg.policy.kind,
+        burn::module::Module::num_params(&policy.model),
         cfg.pretrain.steps,
         cfg.pretrain.batch_size
     )?;
