@@ -15,7 +15,9 @@
 //!
 //! - Actions: per agent `[acceleration, steering]` in [-1, 1], mapped linearly to +-5 m/s^2
 //!   and +-pi/4 rad (highway-env's `ContinuousAction` ranges and order), held for the
-//!   `sim_hz / policy_hz` physics steps of a control step (highway-env's 15 Hz physics).
+//!   `sim_hz / policy_hz` physics steps of a control step (highway-env's 15 Hz physics); or,
+//!   with `[env] actions = "waypoints"` ([`DriveActions`]), per agent `[dx, dy]`: where to be
+//!   at the end of the control step, turned into those commands by a tracker.
 //! - Observations: one agent-centric block per agent ([`AGENT_OBS`] + 6 x `neighbours`
 //!   values), stacked in agent order; `ObservationSpace::agents` says how many.
 //! - Reward per step ([`DriveReward`] weights, `[env.reward]`): the mean over agents of the
