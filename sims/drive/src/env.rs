@@ -88,9 +88,12 @@ fn command(action: &[f32], a: usize) -> [f64; 2] {
 
 /// The `[steering (rad), acceleration (m/s^2)]` held over a control step of `substeps` physics
 /// steps of `dt` s for the action `row` (one agent's two components, in [-1, 1]) of a vehicle
-/// in `state`: the controls themselves, or the tracker's command for the waypoint.
+/// in `state`: the controls themselves, or the tracker's command for the waypoint `horizon`
+/// control steps ahead (the constant command that would reach it then, held for this step
+/// only).
 fn agent_command(
     mode: DriveActions,
+    horizon: usize,
     state: VehicleState,
     row: [f32; 2],
     substeps: usize,
@@ -99,16 +102,17 @@ fn agent_command(
     match mode {
         DriveActions::Controls => command(&row, 0),
         DriveActions::Waypoints => {
+            let h = horizon.max(1);
             let target = [
-                f64::from(row[0]) * WAYPOINT_DX,
-                f64::from(row[1]) * WAYPOINT_DY,
+                f64::from(row[0]) * WAYPOINT_DX * h as f64,
+                f64::from(row[1]) * WAYPOINT_DY * h as f64,
             ];
             // Actions are checked finite before they get here; a non-finite state (never
             // reached from a reset) coasts.
             track(
                 state,
                 target,
-                substeps,
+                substeps * h,
                 dt,
                 [STEERING_RANGE, ACCELERATION_RANGE],
             )
@@ -249,6 +253,11 @@ pub struct DriveConfig {
     /// What an agent's action commands: `"controls"` (acceleration and steering) or
     /// `"waypoints"` (where to be at the end of the control step, tracked by a controller).
     pub actions: DriveActions,
+    /// With waypoints: how many control steps ahead each waypoint lies (1..=10; the ranges
+    /// scale with it). The tracker steers for the constant command that would reach it then
+    /// and holds that for one control step, so a waypoint further ahead makes the commands
+    /// less sensitive to its errors (the acceleration's gain falls with the square).
+    pub waypoint_steps: usize,
     /// Domain randomisation.
     pub randomize: DriveRandomization,
     /// Weights of the step reward.
@@ -354,6 +363,7 @@ impl Default for DriveConfig {
             goal_x: 370.0,
             neighbours: 6,
             actions: DriveActions::Controls,
+            waypoint_steps: 1,
             randomize: DriveRandomization::default(),
             reward: DriveReward::default(),
             expert_reference: false,
@@ -376,6 +386,11 @@ impl Validate for DriveConfig {
             (1..=4).contains(&self.lanes),
             "lanes",
             format!("must be in 1..=4, got {}", self.lanes),
+        )?;
+        ensure(
+            (1..=10).contains(&self.waypoint_steps),
+            "waypoint_steps",
+            format!("must be in 1..=10, got {}", self.waypoint_steps),
         )?;
         ensure(
             (1..=100_000).contains(&self.max_episode_steps),
@@ -1274,7 +1289,7 @@ impl Drive {
         let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
         let dt = 1.0 / f64::from(self.config.sim_hz);
         let per = 2 * starts.len();
-        let mode = self.config.actions;
+        let (mode, horizon) = (self.config.actions, self.config.waypoint_steps);
         ActionPaths2d::new(move |chunk: &[f32]| {
             starts
                 .iter()
@@ -1289,7 +1304,7 @@ impl Drive {
                             break;
                         }
                         let row = row.map(|v| v.clamp(-1.0, 1.0));
-                        let held = agent_command(mode, state, row, substeps, dt);
+                        let held = agent_command(mode, horizon, state, row, substeps, dt);
                         let Some(&end) = rollout(state, &vec![held; substeps], dt)
                             .ok()
                             .as_ref()
@@ -1310,7 +1325,8 @@ impl Drive {
     /// in this env's action mode: the row itself, or with waypoints the point the agent's
     /// bicycle reaches under the held controls by the end of the control step (in action units,
     /// clamped to [-1, 1]), which the tracker turns back into the same controls. How the
-    /// expert drives a waypoint env.
+    /// expert drives a waypoint env with `waypoint_steps = 1` (further ahead it plans on a
+    /// [`Drive::controls_copy`]).
     pub fn action_for_controls(&self, a: usize, row: [f32; 2]) -> [f32; 2] {
         match self.config.actions {
             DriveActions::Controls => row,
@@ -1323,13 +1339,31 @@ impl Drive {
                     .ok()
                     .and_then(|states| states.last().copied())
                     .unwrap_or(start);
-                let [dx, dy] = body_displacement(start, end);
-                [
-                    (dx / WAYPOINT_DX).clamp(-1.0, 1.0) as f32,
-                    (dy / WAYPOINT_DY).clamp(-1.0, 1.0) as f32,
-                ]
+                self.waypoint_action(body_displacement(start, end))
             }
         }
+    }
+
+    /// A copy of this scene driven by controls, for planning ahead: no expert reference, no
+    /// raster.
+    pub fn controls_copy(&self) -> Drive {
+        let mut sim = self.clone();
+        sim.config.actions = DriveActions::Controls;
+        sim.config.expert_reference = false;
+        sim.config.raster = 0;
+        sim.mask = None;
+        sim
+    }
+
+    /// Agent `a`'s action in units for a waypoint at `displacement` (m, in its frame, from
+    /// [`body_displacement`]) [`DriveConfig::waypoint_steps`] control steps ahead, clamped to
+    /// [-1, 1].
+    pub fn waypoint_action(&self, displacement: [f64; 2]) -> [f32; 2] {
+        let h = self.config.waypoint_steps.max(1) as f64;
+        [
+            (displacement[0] / (WAYPOINT_DX * h)).clamp(-1.0, 1.0) as f32,
+            (displacement[1] / (WAYPOINT_DY * h)).clamp(-1.0, 1.0) as f32,
+        ]
     }
 
     /// Agents' `[x, y, heading, speed]`, concatenated.
@@ -1402,7 +1436,14 @@ impl Env for Drive {
             .map(|a| {
                 let state = self.traffic.vehicles[self.episode.agents[a]].state;
                 let row = [action[2 * a], action[2 * a + 1]];
-                agent_command(self.config.actions, state, row, substeps, dt)
+                agent_command(
+                    self.config.actions,
+                    self.config.waypoint_steps,
+                    state,
+                    row,
+                    substeps,
+                    dt,
+                )
             })
             .collect();
         for _ in 0..substeps {
@@ -1792,6 +1833,11 @@ mod tests {
             ..DriveConfig::default()
         };
         assert!(bad.validate().unwrap_err().to_string().contains("goal_x"));
+        let bad = DriveConfig {
+            waypoint_steps: 0,
+            ..DriveConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("waypoint_steps"));
     }
 
     /// The entity groups the observation space declares sit where the named values are: each

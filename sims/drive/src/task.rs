@@ -11,12 +11,13 @@
 //! Commands are clipped to the action ranges.
 
 use diffrl_core::config::{Invalid, Validate};
+use diffrl_core::env::Env as _;
 use diffrl_core::seeding::Rng;
 use diffrl_core::task::{DatasetInfo, Expert, Task, TaskEnv};
 use serde::{Deserialize, Serialize};
 
-use crate::env::{ACCELERATION_RANGE, Drive, DriveConfig, STEERING_RANGE, Scenario};
-use crate::kinematics::LENGTH;
+use crate::env::{ACCELERATION_RANGE, Drive, DriveActions, DriveConfig, STEERING_RANGE, Scenario};
+use crate::kinematics::{LENGTH, VehicleState, body_displacement};
 use crate::road::Road;
 use crate::traffic::{Driver, Neighbour, Traffic, paths_conflict};
 
@@ -77,6 +78,22 @@ impl DriveExpert {
             config,
             targets: Vec::new(),
         }
+    }
+
+    /// Each agent's `[acceleration, steering]` in action units, remembering target lanes.
+    fn controls(&mut self, env: &Drive) -> Vec<f32> {
+        let n = env.config().agents;
+        self.targets.resize(n, None);
+        let mut out = Vec::with_capacity(2 * n);
+        for a in 0..n {
+            out.extend(match env.scenario() {
+                Scenario::Merge => agent_action(env, a, &mut self.targets[a], &self.config),
+                Scenario::Intersection | Scenario::Roundabout | Scenario::Custom => {
+                    junction_action(env, a, &mut self.targets[a], &self.config)
+                }
+            });
+        }
+        out
     }
 }
 
@@ -340,20 +357,41 @@ impl Expert<Drive> for DriveExpert {
         self.targets.clear();
     }
 
+    /// Controls, or with waypoint actions where the expert's controls take each agent: at the
+    /// end of the control step, or with `waypoint_steps` = H > 1 after H steps of the expert
+    /// driving a [`Drive::controls_copy`] of the scene (its last position if the copy's
+    /// episode ends first).
     fn act(&mut self, env: &Drive) -> Vec<f32> {
-        let n = env.config().agents;
-        self.targets.resize(n, None);
-        let mut out = Vec::with_capacity(2 * n);
-        for a in 0..n {
-            let controls = match env.scenario() {
-                Scenario::Merge => agent_action(env, a, &mut self.targets[a], &self.config),
-                Scenario::Intersection | Scenario::Roundabout | Scenario::Custom => {
-                    junction_action(env, a, &mut self.targets[a], &self.config)
-                }
-            };
-            out.extend(env.action_for_controls(a, controls));
+        let controls = self.controls(env);
+        let config = env.config();
+        let h = config.waypoint_steps;
+        if config.actions == DriveActions::Controls || h <= 1 {
+            return controls
+                .chunks_exact(2)
+                .enumerate()
+                .flat_map(|(a, row)| env.action_for_controls(a, [row[0], row[1]]))
+                .collect();
         }
-        out
+        let starts: Vec<VehicleState> = (0..config.agents)
+            .map(|a| env.traffic().vehicles[env.agent_vehicle(a)].state)
+            .collect();
+        let mut sim = env.controls_copy();
+        let mut ahead = self.clone();
+        let mut action = controls;
+        for _ in 0..h {
+            match sim.step(&action) {
+                Ok(r) if !(r.terminated || r.truncated) => action = ahead.controls(&sim),
+                _ => break,
+            }
+        }
+        starts
+            .iter()
+            .enumerate()
+            .flat_map(|(a, &start)| {
+                let end = sim.traffic().vehicles[sim.agent_vehicle(a)].state;
+                env.waypoint_action(body_displacement(start, end))
+            })
+            .collect()
     }
 }
 
@@ -514,7 +552,6 @@ impl TaskEnv for Drive {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::DriveActions;
     use diffrl_core::env::Env;
 
     /// The expert merges: over 40 seeded scenes with two agents, at least 34 succeed (36 at the
@@ -522,6 +559,33 @@ mod tests {
     #[test]
     fn the_expert_merges_without_collisions() {
         let mut env = Drive::new(DriveConfig::default());
+        let mut expert = DriveExpert::new(DriveExpertConfig::default());
+        let mut successes = 0;
+        for seed in 0..40 {
+            env.reset(seed);
+            expert.reset(seed);
+            loop {
+                let a = expert.act(&env);
+                let r = env.step(&a).unwrap();
+                if r.terminated || r.truncated {
+                    successes += usize::from(r.info.success);
+                    break;
+                }
+            }
+        }
+        assert!(successes >= 34, "{successes}/40");
+    }
+
+    /// With waypoints 5 control steps (1 s) ahead the expert plans on a copy of the scene and
+    /// the tracker follows: it still merges, at least 34 of 40 scenes (38 at the time of
+    /// writing, against 36 driving its controls directly; 97.0% of 300 in docs/driving.md).
+    #[test]
+    fn the_expert_merges_through_waypoints_a_second_ahead() {
+        let mut env = Drive::new(DriveConfig {
+            actions: DriveActions::Waypoints,
+            waypoint_steps: 5,
+            ..DriveConfig::default()
+        });
         let mut expert = DriveExpert::new(DriveExpertConfig::default());
         let mut successes = 0;
         for seed in 0..40 {
