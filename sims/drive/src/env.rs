@@ -1837,7 +1837,12 @@ mod tests {
             waypoint_steps: 0,
             ..DriveConfig::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("waypoint_steps"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("waypoint_steps")
+        );
     }
 
     /// The entity groups the observation space declares sit where the named values are: each
