@@ -493,6 +493,14 @@ impl DriveConfig {
         names
     }
 
+    /// Physics steps per control step and their length (s).
+    pub fn physics_steps(&self) -> (usize, f64) {
+        (
+            (self.sim_hz / self.policy_hz) as usize,
+            1.0 / f64::from(self.sim_hz),
+        )
+    }
+
     /// Names of the action components (`a0.acceleration`, `a0.steering`, ...; with waypoints
     /// `a0.dx`, `a0.dy`, ...).
     pub fn action_names(&self) -> Vec<String> {
@@ -1286,8 +1294,7 @@ impl Drive {
             .iter()
             .map(|&i| self.traffic.vehicles[i].state)
             .collect();
-        let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
-        let dt = 1.0 / f64::from(self.config.sim_hz);
+        let (substeps, dt) = self.config.physics_steps();
         let per = 2 * starts.len();
         let (mode, horizon) = (self.config.actions, self.config.waypoint_steps);
         ActionPaths2d::new(move |chunk: &[f32]| {
@@ -1332,8 +1339,7 @@ impl Drive {
             DriveActions::Controls => row,
             DriveActions::Waypoints => {
                 let start = self.traffic.vehicles[self.episode.agents[a]].state;
-                let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
-                let dt = 1.0 / f64::from(self.config.sim_hz);
+                let (substeps, dt) = self.config.physics_steps();
                 let held = command(&row, 0);
                 let end = rollout(start, &vec![held; substeps], dt)
                     .ok()
@@ -1426,8 +1432,7 @@ impl Env for Drive {
         let mut action = action.to_vec();
         let clamped = self.actions.check_and_clamp(&mut action)?;
         let before: Vec<f64> = (0..self.config.agents).map(|a| self.progress(a)).collect();
-        let substeps = (self.config.sim_hz / self.config.policy_hz) as usize;
-        let dt = 1.0 / f64::from(self.config.sim_hz);
+        let (substeps, dt) = self.config.physics_steps();
         let road = Arc::clone(&self.road);
         let (mut failed, mut collided, mut left_road) = (false, false, false);
         // highway-env's RegulatedRoad enforces its rules every int(sim_hz / 2) physics steps.

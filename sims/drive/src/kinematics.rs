@@ -171,27 +171,22 @@ pub fn track(
                 j[i][k] = (a[i] - b[i]) / (2.0 * h[k]);
             }
         }
-        let jtj = [
-            [
-                j[0][0] * j[0][0] + j[1][0] * j[1][0],
-                j[0][0] * j[0][1] + j[1][0] * j[1][1],
-            ],
-            [0.0, j[0][1] * j[0][1] + j[1][1] * j[1][1]],
-        ];
-        let jte = [
-            j[0][0] * e[0] + j[1][0] * e[1],
-            j[0][1] * e[0] + j[1][1] * e[1],
-        ];
-        let lambda = 1e-9 * (jtj[0][0] + jtj[1][1]) + 1e-15;
-        let (a11, a12, a22) = (jtj[0][0] + lambda, jtj[0][1], jtj[1][1] + lambda);
+        // Normal equations (J^T J + lambda I) delta = J^T e, a 2 x 2 solve.
+        let col = |k: usize| [j[0][k], j[1][k]];
+        let dot = |a: [f64; 2], b: [f64; 2]| a[0] * b[0] + a[1] * b[1];
+        let (a11, a12, a22) = (
+            dot(col(0), col(0)),
+            dot(col(0), col(1)),
+            dot(col(1), col(1)),
+        );
+        let lambda = 1e-9 * (a11 + a22) + 1e-15;
+        let (a11, a22) = (a11 + lambda, a22 + lambda);
         let det = a11 * a22 - a12 * a12;
         if det.abs() < 1e-30 {
             break;
         }
-        let delta = [
-            (a22 * jte[0] - a12 * jte[1]) / det,
-            (a11 * jte[1] - a12 * jte[0]) / det,
-        ];
+        let (g0, g1) = (dot(col(0), e), dot(col(1), e));
+        let delta = [(a22 * g0 - a12 * g1) / det, (a11 * g1 - a12 * g0) / det];
         // Halve the step until the error falls (or give up at the current command).
         let mut step = 1.0;
         let mut improved = false;

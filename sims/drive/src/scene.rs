@@ -109,16 +109,7 @@ impl RoadScene {
         let mut agent_routes = Vec::new();
         for (i, a) in self.agents.iter().enumerate() {
             let field = format!("agents[{i}]");
-            let route = route(&road, &a.route).map_err(|e| e.within(&field))?;
-            let len = road.lanes[route[0]].length();
-            ensure(
-                a.start.is_finite() && (0.0..=len).contains(&a.start),
-                &format!("{field}.start"),
-                format!(
-                    "must lie on lane {:?} (0..={len:.1} m), got {}",
-                    a.route[0], a.start
-                ),
-            )?;
+            let route = route_from(&road, &field, &a.route, a.start)?;
             ensure(
                 a.speed.is_finite() && (0.0..=40.0).contains(&a.speed),
                 &format!("{field}.speed"),
@@ -149,20 +140,11 @@ impl RoadScene {
         let mut traffic_routes = Vec::new();
         for (i, t) in self.traffic.iter().enumerate() {
             let field = format!("traffic[{i}]");
-            let route = route(&road, &t.route).map_err(|e| e.within(&field))?;
-            let len = road.lanes[route[0]].length();
+            let route = route_from(&road, &field, &t.route, t.start)?;
             ensure(
                 t.count <= 50,
                 &format!("{field}.count"),
                 format!("must be at most 50, got {}", t.count),
-            )?;
-            ensure(
-                t.start.is_finite() && (0.0..=len).contains(&t.start),
-                &format!("{field}.start"),
-                format!(
-                    "must lie on lane {:?} (0..={len:.1} m), got {}",
-                    t.route[0], t.start
-                ),
             )?;
             ensure(
                 t.gap.is_finite() && t.gap >= 2.0 * LENGTH,
@@ -178,6 +160,27 @@ impl RoadScene {
             traffic_routes,
         })
     }
+}
+
+/// The route `names` of item `field` (an agent or a traffic stream) as lane indices, its
+/// `start` (m along the first lane) checked to lie on that lane.
+fn route_from(
+    road: &Road,
+    field: &str,
+    names: &[String],
+    start: f64,
+) -> Result<Vec<usize>, Invalid> {
+    let route = route(road, names).map_err(|e| e.within(field))?;
+    let len = road.lanes[route[0]].length();
+    ensure(
+        start.is_finite() && (0.0..=len).contains(&start),
+        &format!("{field}.start"),
+        format!(
+            "must lie on lane {:?} (0..={len:.1} m), got {start}",
+            names[0]
+        ),
+    )?;
+    Ok(route)
 }
 
 /// The lane indices of `names`, each a successor of the one before; errors name `route`.
