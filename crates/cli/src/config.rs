@@ -135,6 +135,9 @@ pub struct RewardSection {
     pub outcome: Outcome,
     /// Added to the outcome of successful episodes.
     pub success_bonus: f64,
+    /// Subtracted from the outcome per environment step (0 = off): successes that came sooner
+    /// rank higher; failures that all ran to the time limit keep their order.
+    pub time_cost: f64,
     /// Progress shaping of the per-step rewards (`{ model = "DIR", gamma = 0.99 }`); absent =
     /// the environment's step rewards as they are.
     pub shaping: Option<ShapingSection>,
@@ -170,6 +173,7 @@ impl Default for RewardSection {
         Self {
             outcome: Outcome::Score,
             success_bonus: 1.0,
+            time_cost: 0.0,
             shaping: None,
             progress: Default::default(),
             srpo: None,
@@ -369,6 +373,11 @@ impl Validate for RewardSection {
             self.success_bonus.is_finite(),
             "success_bonus",
             "must be finite",
+        )?;
+        ensure(
+            self.time_cost.is_finite() && self.time_cost >= 0.0,
+            "time_cost",
+            "must be finite and >= 0",
         )?;
         if let Some(sh) = &self.shaping {
             sh.validate().map_err(|e| e.within("shaping"))?;

@@ -58,6 +58,10 @@ pub struct OutcomeReward {
     pub outcome: Outcome,
     /// Added to the outcome of successful episodes (0 = none).
     pub success_bonus: f64,
+    /// Subtracted from the outcome per environment step of the episode (0 = none). Where success
+    /// ends the episode it ranks successes by how fast they came, and it leaves the order of
+    /// failures that all ran to the time limit unchanged.
+    pub time_cost: f64,
 }
 
 impl RewardModule for OutcomeReward {
@@ -77,7 +81,7 @@ impl RewardModule for OutcomeReward {
             0.0
         };
         Ok(EpisodeRewards {
-            outcome: base + bonus,
+            outcome: base + bonus - self.time_cost * ep.len() as f64,
             per_step: Some(ep.rewards.iter().map(|&r| f64::from(r)).collect()),
         })
     }
@@ -107,6 +111,7 @@ mod tests {
             OutcomeReward {
                 outcome,
                 success_bonus,
+                time_cost: 0.0,
             }
             .rewards(&ep)
             .unwrap()
@@ -119,7 +124,25 @@ mod tests {
         let r = OutcomeReward {
             outcome: Outcome::Success,
             success_bonus: 0.5,
+            time_cost: 0.0,
         };
         assert_eq!(r.rewards(&won).unwrap().outcome, 1.5);
+        // The time cost charges every step the episode ran: the same success a step later is
+        // worth time_cost less, and a failure pays for all of its steps.
+        let r = |time_cost, ep: &Episode| {
+            OutcomeReward {
+                outcome: Outcome::Success,
+                success_bonus: 0.0,
+                time_cost,
+            }
+            .rewards(ep)
+            .unwrap()
+            .outcome
+        };
+        let slow = episode(&[0.2, 0.5, 0.96], Some(2));
+        assert!((r(0.1, &won) - 0.8).abs() < 1e-12);
+        assert!((r(0.1, &slow) - 0.7).abs() < 1e-12);
+        assert!((r(0.1, &ep) + 0.3).abs() < 1e-12);
+        assert_eq!(r(0.0, &slow), 1.0);
     }
 }

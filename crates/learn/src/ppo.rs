@@ -49,6 +49,24 @@ pub struct PpoConfig {
     pub critic_hidden: usize,
     /// Normalise advantages over the batch.
     pub normalize_advantages: bool,
+    /// What the critic's returns sum ([`PpoRewards`]).
+    pub rewards: PpoRewards,
+}
+
+/// The rewards PPO's returns are made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PpoRewards {
+    /// The episode's outcome (the reward module's, GRPO's R) on its last decision, zero before,
+    /// and no bootstrap after it: the objective GRPO optimises, so PPO is its baseline.
+    #[default]
+    Outcome,
+    /// The reward module's per-step rewards summed over each executed chunk (the outcome on
+    /// the last decision when it gives none), and the critic's value of the final observation
+    /// after an episode cut by the step limit. Where success ends the episode and every step
+    /// pays (Push-T's coverage reward), ending early forfeits the reward of the steps left, so
+    /// these returns favour lingering just short of success (docs/grpo.md, "PPO's returns").
+    Steps,
 }
 
 impl Default for PpoConfig {
@@ -59,6 +77,7 @@ impl Default for PpoConfig {
             critic_lr: 1e-3,
             critic_hidden: 256,
             normalize_advantages: true,
+            rewards: PpoRewards::Outcome,
         }
     }
 }
@@ -330,10 +349,11 @@ fn collect_independent<E: Env, B: AutodiffBackend>(
 /// A value per (rollout, decision).
 type PerDecision = Vec<Vec<f64>>;
 
-/// GAE over action-chunk steps with the critic's values; rewards per decision are the reward
-/// module's per-step rewards summed over the executed chunk (or the outcome on the last
-/// decision when it gives none). An episode cut by the step limit bootstraps from the critic's
-/// value of its final observation (the window of the last `To` observations ending there).
+/// GAE over action-chunk steps with the critic's values. Rewards per decision ([`PpoRewards`]):
+/// the outcome on the last decision and no bootstrap, or the reward module's per-step rewards
+/// summed over the executed chunk (the outcome on the last decision when it gives none), where
+/// an episode cut by the step limit bootstraps from the critic's value of its final
+/// observation (the window of the last `To` observations ending there).
 /// Returns (advantages, critic targets = GAE advantages + values before normalisation).
 fn ppo_advantages<B: Backend>(
     kept: &[GroupRollout],
@@ -352,9 +372,9 @@ fn ppo_advantages<B: Backend>(
             returns.push(Vec::new());
             continue;
         }
-        let per = match &rw.per_step {
-            Some(s) => r.per_decision(s),
-            None => {
+        let per = match (&rw.per_step, cfg.rewards) {
+            (Some(s), PpoRewards::Steps) => r.per_decision(s),
+            _ => {
                 let mut v = vec![0.0; n];
                 v[n - 1] = rw.outcome;
                 v
@@ -366,7 +386,9 @@ fn ppo_advantages<B: Backend>(
             )));
         }
         let mut state: Vec<f32> = r.decisions.iter().flat_map(|d| d.state.clone()).collect();
-        let final_window = (!r.episode.terminated)
+        // The outcome is the whole episode's: nothing follows its last decision.
+        let episodic = r.episode.terminated || cfg.rewards == PpoRewards::Outcome;
+        let final_window = (!episodic)
             .then(|| final_window(&r.episode, policy.config.obs_horizon))
             .flatten();
         let rows = n + usize::from(final_window.is_some());
@@ -389,7 +411,7 @@ fn ppo_advantages<B: Backend>(
             .into_iter()
             .map(f64::from)
             .collect();
-        let bootstrap = match (r.episode.terminated, final_window.is_some()) {
+        let bootstrap = match (episodic, final_window.is_some()) {
             (true, _) => 0.0,
             (false, true) => values[n],
             // No final observation recorded: the last decision's value stands in.

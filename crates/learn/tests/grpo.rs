@@ -19,6 +19,7 @@ use diffrl_learn::bc::{self, BcConfig};
 use diffrl_learn::data::{ChunkDataset, fit_normalizers};
 use diffrl_learn::eval::evaluate;
 use diffrl_learn::grpo::{self, Algorithm, GrpoConfig, GrpoHooks, GrpoLog};
+use diffrl_learn::ppo::PpoRewards;
 use diffrl_policy::config::{DenoiserConfig, DiffusionConfig, PolicyConfig};
 use diffrl_policy::{CpuAutodiff, CpuBackend, Policy, PolicySpec, SampleMode};
 use diffrl_reward::implicit::ImplicitPrmConfig;
@@ -230,6 +231,7 @@ fn fine_tune(
             Outcome::Success
         },
         success_bonus: 1.0,
+        time_cost: 0.0,
     };
     grpo::train(
         train,
@@ -313,42 +315,47 @@ impl diffrl_core::reward::RewardModule for SuccessStep {
 
 /// PPO learns too: its advantages come from GAE over the critic's values, so a sign error in
 /// GAE, a critic that does not fit, or advantages credited to the wrong decisions would leave
-/// success where BC left it (the GAE arithmetic itself is hand-checked in advantages.rs).
+/// success where BC left it (the GAE arithmetic itself is hand-checked in advantages.rs). Both
+/// kinds of returns: the per-step rewards, and the outcome on the last decision.
 #[test]
 fn ppo_solves_the_toy_task_that_bc_from_poor_demos_does_not() {
     let d = tempfile::tempdir().unwrap();
     let pre = pretrained(&d.path().join("bc"));
     let before = success(&pre);
-    let cfg = toy_grpo();
-    let mut logs = Collect(Vec::new());
-    let out = grpo::train(
-        Policy::<CpuAutodiff>::trainable(&pre),
-        &pre,
-        &mut venv(cfg.groups * cfg.group_size, true),
-        &SuccessStep,
-        &cfg,
-        Algorithm::Ppo,
-        11,
-        &d.path().join("ppo"),
-        false,
-        &mut logs,
-    )
-    .unwrap();
-    let after = success(&out.policy);
-    let (first, last) = (&logs.0[0], logs.0.last().unwrap());
-    eprintln!(
-        "toy, PPO: success {before:.2} -> {after:.2} over 64 episodes; rollout success {:.2} -> {:.2}",
-        first.success_rate, last.success_rate
-    );
-    // This run: 0.16 -> 0.91, rollouts 0.12 -> 0.97. With the sign of GAE's delta flipped
-    // it still drifts up (0.70) but its last rollouts succeed in 0.31: the rollout bound is
-    // what catches that.
-    assert!(
-        before < 0.5 && after > before + 0.5 && last.success_rate >= 0.8,
-        "success {before:.2} -> {after:.2}; rollouts {:.2} -> {:.2}",
-        first.success_rate,
-        last.success_rate
-    );
+    for rewards in [PpoRewards::Steps, PpoRewards::Outcome] {
+        let mut cfg = toy_grpo();
+        cfg.ppo.rewards = rewards;
+        let mut logs = Collect(Vec::new());
+        let out = grpo::train(
+            Policy::<CpuAutodiff>::trainable(&pre),
+            &pre,
+            &mut venv(cfg.groups * cfg.group_size, true),
+            &SuccessStep,
+            &cfg,
+            Algorithm::Ppo,
+            11,
+            &d.path().join(format!("ppo-{rewards:?}")),
+            false,
+            &mut logs,
+        )
+        .unwrap();
+        let after = success(&out.policy);
+        let (first, last) = (&logs.0[0], logs.0.last().unwrap());
+        eprintln!(
+            "toy, PPO ({rewards:?}): success {before:.2} -> {after:.2} over 64 episodes; rollout success {:.2} -> {:.2}",
+            first.success_rate, last.success_rate
+        );
+        // This run: steps 0.16 -> 0.94 (rollouts 0.12 -> 0.91), outcome 0.16 -> 0.98 (0.12 ->
+        // 0.97). With the sign of GAE's delta flipped the steps run still drifted up (0.70,
+        // measured before the log-prob clamp's fix) but its last rollouts succeeded in 0.31:
+        // the rollout bound is what catches that.
+        assert!(
+            before < 0.5 && after > before + 0.5 && last.success_rate >= 0.8,
+            "{rewards:?}: success {before:.2} -> {after:.2}; rollouts {:.2} -> {:.2}",
+            first.success_rate,
+            last.success_rate
+        );
+    }
 }
 
 #[test]

@@ -248,6 +248,7 @@ fn bc_with_text_follows_the_instruction_and_fails_when_it_is_swapped() {
     let reward = OutcomeReward {
         outcome: Outcome::Score,
         success_bonus: 1.0,
+        time_cost: 0.0,
     };
     for algorithm in [Algorithm::Grpo, Algorithm::Ppo] {
         let mut venv = VecEnv::new(vec![GoTo::default(); 8], AutoReset::SameStep, 1);

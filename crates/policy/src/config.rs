@@ -334,7 +334,8 @@ pub struct DiffusionConfig {
     pub min_sampling_std: f64,
     /// Floor on the standard deviation used for log-likelihoods.
     pub min_logprob_std: f64,
-    /// Per-element log-prob clamp [lo, hi], applied before reduction.
+    /// Per-element log-prob clamp [lo, hi], applied before reduction. The upper bound in force
+    /// is never below the density's peak at `min_logprob_std` ([`DiffusionConfig::logprob_bounds`]).
     pub logprob_clamp: [f64; 2],
     /// Sampling noise is clipped to +-noise_clip standard deviations.
     pub noise_clip: f64,
@@ -376,6 +377,17 @@ impl DiffusionConfig {
         } else {
             self.ft_denoising_steps
         }
+    }
+
+    /// The per-element log-prob clamp in force: `logprob_clamp` with its upper bound raised to
+    /// the Gaussian's peak density at `min_logprob_std`, -ln(std) - ln(2 pi) / 2, where that is
+    /// higher. With the 0.1 floor the peak is 1.38 and [-5, 2] applies as given (DPPO's clamp);
+    /// with fine-tuning's 0.03 floor the peak is 2.59, and an upper bound of 2 would cut the
+    /// log-prob of every element within 1.09 std of the mean, 72% of the samples of the last
+    /// chain steps, and with it their gradient (docs/algorithms.md §2).
+    pub fn logprob_bounds(&self) -> [f64; 2] {
+        let peak = -self.min_logprob_std.ln() - 0.5 * (2.0 * std::f64::consts::PI).ln();
+        [self.logprob_clamp[0], self.logprob_clamp[1].max(peak)]
     }
 }
 

@@ -290,7 +290,7 @@ impl DiffusionProcess {
         let mu = x0 * c3(&|c| c.c_x0) + x * c3(&|c| c.c_xt);
         let std = c3(&|c| self.logprob_std(c));
         let z = (next - mu) / std.clone();
-        let [lo, hi] = self.cfg.logprob_clamp;
+        let [lo, hi] = self.cfg.logprob_bounds();
         let lp = (z.square() * -0.5 - std.log() - HALF_LN_2PI).clamp(lo, hi);
         lp.narrow(1, 0, self.action_horizon.min(tp))
             .mean_dims(&[1, 2])
@@ -321,7 +321,7 @@ impl DiffusionProcess {
             mu,
             self.logprob_std(c),
             self.action_horizon,
-            self.cfg.logprob_clamp,
+            self.cfg.logprob_bounds(),
         )
     }
 }

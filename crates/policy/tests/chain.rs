@@ -81,9 +81,15 @@ fn reference_mean(
 
 /// Runs the chain with the policy, then replays every step with the reference formulas on the
 /// network's own outputs; returns the max deviation of means and log-probs.
-fn replay(mode: SampleMode, eta: f64, prediction: Prediction) -> (f64, f64) {
+/// Samples a chain and recomputes it in f64: (largest deviation of the deterministic chain's
+/// steps from the DDIM mean, of the recorded log-probs from the closed form with the clamp's
+/// upper bound at max(2, peak density at the floor), of the same from the closed form with the
+/// upper bound at 2 as given).
+fn replay(mode: SampleMode, eta: f64, prediction: Prediction, floor: f64) -> (f64, f64, f64) {
     let device = Default::default();
     let mut cfg = tiny_config(5);
+    cfg.diffusion.min_sampling_std = floor;
+    cfg.diffusion.min_logprob_std = floor;
     cfg.diffusion.prediction = prediction;
     cfg.diffusion.eta = eta;
     cfg.diffusion.eval_eta = eta;
@@ -103,7 +109,8 @@ fn replay(mode: SampleMode, eta: f64, prediction: Prediction) -> (f64, f64) {
     let ts = chain_timesteps(cfg.diffusion.train_steps, 5);
     let (b, k, tp, da) = (3, 5, 4, 2);
     let per = tp * da;
-    let (mut dmu, mut dlp) = (0.0f64, 0.0f64);
+    let (mut dmu, mut dlp, mut dlp_cut) = (0.0f64, 0.0f64, 0.0f64);
+    let hi = (-floor.ln() - 0.5 * LN_2PI).max(2.0);
     for (i, &t) in ts.iter().enumerate() {
         let rows = |s: usize| -> Vec<f32> {
             (0..b)
@@ -126,25 +133,28 @@ fn replay(mode: SampleMode, eta: f64, prediction: Prediction) -> (f64, f64) {
                 dmu = dmu.max((m - f64::from(*n)).abs());
             }
         }
-        let std = sigma.max(0.1);
+        let std = sigma.max(floor);
         for bi in 0..b {
-            let mut acc = 0.0;
+            let (mut acc, mut cut) = (0.0, 0.0);
             for j in 0..2 * da {
                 let idx = bi * per + j;
                 let z = (f64::from(next[idx]) - mu[idx]) / std;
-                acc += (-0.5 * z * z - std.ln() - 0.5 * LN_2PI).clamp(-5.0, 2.0);
+                let lp = -0.5 * z * z - std.ln() - 0.5 * LN_2PI;
+                acc += lp.clamp(-5.0, hi);
+                cut += lp.clamp(-5.0, 2.0);
             }
-            let want = acc / (2 * da) as f64;
-            dlp = dlp.max((want - f64::from(logp[bi * k + i])).abs());
+            let got = f64::from(logp[bi * k + i]);
+            dlp = dlp.max((acc / (2 * da) as f64 - got).abs());
+            dlp_cut = dlp_cut.max((cut / (2 * da) as f64 - got).abs());
         }
     }
-    (dmu, dlp)
+    (dmu, dlp, dlp_cut)
 }
 
 #[test]
 fn deterministic_chain_is_ddim_eta_zero() {
     for prediction in [Prediction::Epsilon, Prediction::Sample] {
-        let (dmu, dlp) = replay(SampleMode::Deterministic, 0.0, prediction);
+        let (dmu, dlp, _) = replay(SampleMode::Deterministic, 0.0, prediction, 0.1);
         assert!(
             dmu < 1e-5,
             "{prediction:?}: chain deviates from DDIM(eta=0) by {dmu}"
@@ -156,8 +166,23 @@ fn deterministic_chain_is_ddim_eta_zero() {
 #[test]
 fn stochastic_chain_log_probs_match_the_closed_form() {
     for prediction in [Prediction::Epsilon, Prediction::Sample] {
-        let (_, dlp) = replay(SampleMode::Stochastic, 1.0, prediction);
+        let (_, dlp, _) = replay(SampleMode::Stochastic, 1.0, prediction, 0.1);
         assert!(dlp < 1e-5, "{prediction:?}: log-probs deviate by {dlp}");
+    }
+}
+
+/// Fine-tuning's 0.03 floor puts the density's peak at 2.59, above the clamp's upper bound
+/// of 2: the bound in force rises to the peak, so samples near the mean keep their log-prob
+/// (and its gradient) instead of all reading 2.
+#[test]
+fn the_clamp_never_cuts_below_the_peak_density_at_the_floor() {
+    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+        let (_, dlp, dlp_cut) = replay(SampleMode::Stochastic, 1.0, prediction, 0.03);
+        assert!(dlp < 1e-5, "{prediction:?}: log-probs deviate by {dlp}");
+        assert!(
+            dlp_cut > 1e-2,
+            "{prediction:?}: the last steps' log-probs read as if cut at 2 ({dlp_cut})"
+        );
     }
 }
 

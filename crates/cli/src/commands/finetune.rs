@@ -13,6 +13,7 @@ use diffrl_learn::LearnError;
 use diffrl_learn::advantages::Estimator;
 use diffrl_learn::eval::EvalReport;
 use diffrl_learn::grpo::{self, Algorithm, GrpoHooks, GrpoLog};
+use diffrl_learn::ppo::PpoRewards;
 use diffrl_policy::{Policy, checkpoint};
 use indicatif::ProgressBar;
 
@@ -174,6 +175,14 @@ pub fn finetune<B: AutodiffBackend>(
         Algorithm::Grpo => "grpo",
         Algorithm::Ppo => "ppo",
     };
+    if algorithm == Algorithm::Ppo
+        && cfg.grpo.ppo.rewards == PpoRewards::Outcome
+        && (cfg.reward.shaping.is_some() || cfg.reward.spa.is_some())
+    {
+        bail!(
+            "[reward.shaping] / [reward.spa] change the per-step rewards, which PPO does not read              with [grpo.ppo] rewards = \"outcome\" (the default): set rewards = \"steps\""
+        );
+    }
     let (reference, _) =
         checkpoint::load::<B::InnerBackend>(policy_dir, device).with_context(|| {
             format!(
@@ -203,14 +212,23 @@ pub fn finetune<B: AutodiffBackend>(
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     writeln!(
         out,
-        "{stage}: {} iterations x {} rollouts ({} ); estimator {}; K' = {} of K = {}; reward {} + {} x success{}; from {}",
+        "{stage}: {} iterations x {} rollouts ({}); advantages {}; K' = {} of K = {}; reward {} + {} x success{}{}; from {}",
         g.iterations,
         n_env,
         match algorithm {
             Algorithm::Grpo => format!("{} groups of {}", g.groups, g.group_size),
-            Algorithm::Ppo => "independent starts, learned critic".into(),
+            Algorithm::Ppo => format!(
+                "independent starts, learned critic, returns of the {}",
+                match g.ppo.rewards {
+                    PpoRewards::Outcome => "outcome",
+                    PpoRewards::Steps => "step rewards",
+                }
+            ),
         },
-        g.advantage.estimator,
+        match algorithm {
+            Algorithm::Grpo => g.advantage.estimator.to_string(),
+            Algorithm::Ppo => format!("GAE (gamma {}, lambda {})", g.ppo.gamma, g.ppo.lambda),
+        },
         match g.ft_denoising_steps {
             0 => reference.chain_len(),
             k => k,
@@ -218,6 +236,10 @@ pub fn finetune<B: AutodiffBackend>(
         reference.chain_len(),
         reward.name(),
         cfg.reward.success_bonus,
+        match cfg.reward.time_cost {
+            0.0 => String::new(),
+            c => format!(" - {c} x steps"),
+        },
         g.implicit_prm.as_ref().map_or(String::new(), |p| format!(
             "; step rewards from an implicit PRM (trajectory DPO, beta {}, lr {})",
             p.beta, p.lr

@@ -108,6 +108,7 @@ pub fn reward_module(cfg: &RunConfig) -> anyhow::Result<Box<dyn RewardModule>> {
     let outcome = OutcomeReward {
         outcome: cfg.reward.outcome,
         success_bonus: cfg.reward.success_bonus,
+        time_cost: cfg.reward.time_cost,
     };
     let base: Box<dyn RewardModule> = match cfg.reward.srpo {
         Some(srpo) => Box::new(diffrl_reward::process::SrpoReward::new(
@@ -398,6 +399,7 @@ pub fn train_spa(
     let outcome = OutcomeReward {
         outcome: cfg.reward.outcome,
         success_bonus: cfg.reward.success_bonus,
+        time_cost: cfg.reward.time_cost,
     };
     let outcomes: Vec<f64> = episodes
         .iter()

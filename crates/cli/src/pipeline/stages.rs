@@ -315,9 +315,12 @@ fn grpo_stage<B: AutodiffBackend>(
     let cfg = cx.cfg;
     let h = header(3, "grpo");
     let mut reward_fp = json!({"outcome": cfg.reward.outcome, "success_bonus": cfg.reward.success_bonus, "shaping": cfg.reward.shaping, "srpo": cfg.reward.srpo});
-    // Only when set, so runs from before SPA existed keep their fingerprint.
+    // Only when set, so runs from before SPA and the time cost existed keep their fingerprint.
     if let Some(spa) = &cfg.reward.spa {
         reward_fp["spa"] = json!(spa);
+    }
+    if cfg.reward.time_cost != 0.0 {
+        reward_fp["time_cost"] = json!(cfg.reward.time_cost);
     }
     // The models it reads by content, not by path: retraining the reward stage (or any model
     // folder named here) redoes fine-tuning.
