@@ -9,7 +9,7 @@ use diffrl_core::config::{self, Invalid, Validate, ensure};
 use diffrl_core::dyn_task::{EnvSection, ExpertSection};
 use diffrl_core::reward::Outcome;
 use diffrl_learn::bc::BcConfig;
-use diffrl_learn::grpo::GrpoConfig;
+use diffrl_learn::grpo::{Algorithm, GrpoConfig};
 use diffrl_policy::PolicyConfig;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
@@ -240,6 +240,10 @@ pub struct RunSection {
     pub seed: u64,
     /// Simulation threads (0 = one per core).
     pub threads: usize,
+    /// The learner of the main job's fine-tuning stage: "grpo" or "ppo" (`diffrl ppo`'s
+    /// learned critic and GAE, on the same `[grpo]` table). The stage, its folder and the
+    /// summary.json keys keep the name `grpo` either way; report.md names the learner.
+    pub finetune: Algorithm,
 }
 
 /// The default run name is the task's ([`parse`] gives a config without `[run].name` its
@@ -251,6 +255,7 @@ impl Default for RunSection {
             runs_dir: "runs".into(),
             seed: 0,
             threads: 0,
+            finetune: Algorithm::Grpo,
         }
     }
 }

@@ -153,6 +153,33 @@ fn every_stage_then_reuse_then_config_changes() {
         s3["grpo"],
         "deterministic"
     );
+    assert_eq!(s3["finetune"], "grpo");
+
+    // PPO as the fine-tuning stage's learner: BC and the reward model kept, stage 4 redone by
+    // PPO under the same name, and the report names the learner.
+    let ppo_cfg = d.path().join("ppo.toml");
+    std::fs::write(
+        &ppo_cfg,
+        std::fs::read_to_string(&cfg3).unwrap().replacen(
+            "[run]\n",
+            "[run]\nfinetune = \"ppo\"\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let ppo_cfg = ppo_cfg.display().to_string();
+    let ppo = diffrl(&["run", &ppo_cfg, "--out", &out, "--resume", "--rerun", "off"]).unwrap();
+    assert!(
+        ppo.contains("[2/5] pretrain: reusing")
+            && ppo.contains("[3/5] reward: reusing")
+            && ppo.contains("ppo: 2 iterations")
+            && ppo.contains("-> PPO"),
+        "{ppo}"
+    );
+    let s4 = json(&run.join("summary.json"));
+    assert_eq!((&s4["finetune"], &s4["bc"]), (&"ppo".into(), &s3["bc"]));
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(report.contains("| PPO (2 iterations) | 4 |"), "{report}");
 }
 
 /// Fingerprints follow what a stage reads: GRPO shaped by the run's own progress model is

@@ -7,6 +7,7 @@ use anyhow::Context;
 use diffrl_core::fs::write_atomic;
 use diffrl_core::stats;
 use diffrl_learn::eval::EvalReport;
+use diffrl_learn::grpo::Algorithm;
 use serde_json::{Value, json};
 
 use super::VS_POLICY_EPISODES;
@@ -71,14 +72,23 @@ fn grpo_evals_line(root: &Path, r: &Results) -> Option<String> {
         .map(|(it, (s, _))| format!("{it}: {:.1}%", 100.0 * s))
         .collect();
     Some(format!(
-        "GRPO's success during training ({n} evaluation episodes each, deterministic chains): \
+        "{}'s success during training ({n} evaluation episodes each, deterministic chains): \
          BC {:.1}% ({} episodes), iteration {}, final {:.1}% ({} episodes).\n\n",
+        learner(r),
         100.0 * r.bc.success_rate,
         r.bc.episodes,
         steps.join(", iteration "),
         100.0 * r.grpo.success_rate,
         r.grpo.episodes
     ))
+}
+
+/// The fine-tuning learner's name in report.md ("GRPO" or "PPO"; `[run] finetune`).
+fn learner(r: &Results) -> &'static str {
+    match r.learner {
+        Algorithm::Grpo => "GRPO",
+        Algorithm::Ppo => "PPO",
+    }
 }
 
 /// The BC row's name: its steps, and its DAgger rounds when there were any.
@@ -100,6 +110,7 @@ pub(super) fn summary_json(r: &Results, total: f64, quick: bool) -> Value {
     json!({
         "bc": brief(&r.bc),
         "grpo": brief(&r.grpo),
+        "finetune": r.learner,
         "grpo_minus_bc": {
             "success_rate": r.grpo.success_rate - r.bc.success_rate,
             "mean_max_score": paired.map(|p| p.0),
@@ -246,7 +257,7 @@ fn plots(root: &Path, r: &Results) -> anyhow::Result<Vec<(String, String)>> {
         &dir.join("grpo.png"),
         &[
             Panel {
-                title: "GRPO: training rollouts (stochastic chains)".into(),
+                title: format!("{}: training rollouts (stochastic chains)", learner(r)),
                 x_label: "iteration".into(),
                 y_label: "percent".into(),
                 series: vec![
@@ -261,13 +272,13 @@ fn plots(root: &Path, r: &Results) -> anyhow::Result<Vec<(String, String)>> {
                 ],
             },
             Panel {
-                title: "GRPO: evaluation (deterministic chains)".into(),
+                title: format!("{}: evaluation (deterministic chains)", learner(r)),
                 x_label: "iteration (0 = the BC policy)".into(),
                 y_label: "percent".into(),
                 series: evals,
             },
             Panel {
-                title: "GRPO: update size".into(),
+                title: format!("{}: update size", learner(r)),
                 x_label: "iteration".into(),
                 y_label: "value".into(),
                 series: vec![
@@ -285,7 +296,7 @@ fn plots(root: &Path, r: &Results) -> anyhow::Result<Vec<(String, String)>> {
     )?;
     written.push((
         "plots/grpo.png".into(),
-        "GRPO: rollouts, evaluations, update size".into(),
+        format!("{}: rollouts, evaluations, update size", learner(r)),
     ));
     Ok(written)
 }
@@ -329,10 +340,16 @@ pub(super) fn finish(
         n = cfg.eval.episodes,
         seed = cfg.eval.seed,
         bc = row(&bc_name(r), &r.bc),
-        grpo = row(&format!("GRPO ({} iterations)", r.grpo_iterations), &r.grpo),
+        grpo = row(
+            &format!("{} ({} iterations)", learner(r), r.grpo_iterations),
+            &r.grpo
+        ),
     );
     if !r.bc.metrics.is_empty() || !r.grpo.metrics.is_empty() {
-        md.push_str("| task metric | BC | GRPO |\n|---|---|---|\n");
+        md.push_str(&format!(
+            "| task metric | BC | {} |\n|---|---|---|\n",
+            learner(r)
+        ));
         let names: std::collections::BTreeSet<&String> =
             r.bc.metrics.keys().chain(r.grpo.metrics.keys()).collect();
         for k in names {
@@ -346,7 +363,8 @@ pub(super) fn finish(
         md.push_str(&line);
     }
     md.push_str(&format!(
-        "GRPO - BC: success {:+.1} points ({}{}); mean max score {}.\n\n",
+        "{} - BC: success {:+.1} points ({}{}); mean max score {}.\n\n",
+        learner(r),
         pct(r.grpo.success_rate - r.bc.success_rate),
         if separate {
             "the Wilson intervals do not overlap"
@@ -355,7 +373,8 @@ pub(super) fn finish(
         },
         match mcnemar(&r.bc, &r.grpo) {
             Some((g, b, p)) => format!(
-                "; paired: {g} episodes only GRPO solved, {b} only BC, exact McNemar p = {p:.3}{}",
+                "; paired: {g} episodes only {} solved, {b} only BC, exact McNemar p = {p:.3}{}",
+                learner(r),
                 match (separate, p < 0.05) {
                     (false, true) => ": the paired test on the same episodes tells them apart",
                     (false, false) => ": not a clear difference",
@@ -432,8 +451,9 @@ pub(super) fn finish(
         .with_context(|| format!("writing {}", root.join("report.md").display()))?;
     writeln!(
         out,
-        "BC {:.1}% -> GRPO {:.1}% success (mean max score {:.3} -> {:.3}); reward model VOC {:.3}; {:.0} s",
+        "BC {:.1}% -> {} {:.1}% success (mean max score {:.3} -> {:.3}); reward model VOC {:.3}; {:.0} s",
         pct(r.bc.success_rate),
+        learner(r),
         pct(r.grpo.success_rate),
         r.bc.mean_max_score,
         r.grpo.mean_max_score,

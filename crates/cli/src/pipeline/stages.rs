@@ -41,6 +41,8 @@ pub(super) struct Results {
     /// DAgger rounds that followed behaviour cloning (empty without [dagger]).
     pub dagger: Vec<dagger::RoundRecord>,
     pub grpo_iterations: usize,
+    /// The fine-tuning stage's learner (`[run] finetune`).
+    pub learner: Algorithm,
     pub bc: EvalReport,
     pub grpo: EvalReport,
 }
@@ -108,6 +110,7 @@ pub(super) fn stages<B: AutodiffBackend>(
         pretrain_steps: cfg.pretrain.steps,
         dagger: pre.dagger,
         grpo_iterations: cfg.grpo.iterations,
+        learner: cfg.run.finetune,
         bc,
         grpo,
     })
@@ -328,7 +331,11 @@ fn grpo_stage<B: AutodiffBackend>(
     if !models.is_empty() {
         reward_fp["model_content"] = Value::Object(models);
     }
-    let fp = json!({"pretrain": pre.fp, "grpo": cfg.grpo, "reward": reward_fp});
+    let mut fp = json!({"pretrain": pre.fp, "grpo": cfg.grpo, "reward": reward_fp});
+    // Only when not GRPO, so runs from before the choice existed keep their fingerprint.
+    if cfg.run.finetune != Algorithm::Grpo {
+        fp["finetune"] = json!(cfg.run.finetune);
+    }
     let (stage, state) = Stage::open(
         cx.root.join("grpo"),
         fp.clone(),
@@ -345,7 +352,7 @@ fn grpo_stage<B: AutodiffBackend>(
             let shifted = TrainStepOffset::new(cx.rec, grpo_offset(cfg));
             finetune::finetune::<B>(
                 cfg,
-                Algorithm::Grpo,
+                cfg.run.finetune,
                 &pre.policy_dir,
                 &stage.dir,
                 resume,
