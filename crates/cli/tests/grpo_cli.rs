@@ -153,6 +153,20 @@ fn bad_settings_and_mismatched_checkpoints_are_refused() {
     // An unknown estimator names the choices.
     let e = run(&cfg, &policy, &["--estimator", "grpo2"]).unwrap_err();
     assert!(e.contains("dr-grpo"), "{e}");
+    // PPO on the outcome does not read step rewards, so shaping them is refused.
+    let shaped = config(
+        d.path(),
+        "shaped.toml",
+        "[reward]\nshaping = { model = \"reward/progress\", gamma = 0.99, kind = \"potential\" }\n",
+    );
+    let e = diffrl(&[
+        "ppo", "--config", &shaped, "--policy", &policy, "--out", &out,
+    ])
+    .unwrap_err();
+    assert!(
+        e.contains("[reward.shaping]") && e.contains("rewards = \"steps\""),
+        "{e}"
+    );
     // A negative exploration floor.
     let neg = config(d.path(), "neg.toml", "min_sampling_std = -0.1\n");
     let e = run(&neg, &policy, &[]).unwrap_err();

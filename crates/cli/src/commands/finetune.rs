@@ -180,7 +180,8 @@ pub fn finetune<B: AutodiffBackend>(
         && (cfg.reward.shaping.is_some() || cfg.reward.spa.is_some())
     {
         bail!(
-            "[reward.shaping] / [reward.spa] change the per-step rewards, which PPO does not read              with [grpo.ppo] rewards = \"outcome\" (the default): set rewards = \"steps\""
+            "[reward.shaping] / [reward.spa] change the per-step rewards, which PPO does not read \
+             with [grpo.ppo] rewards = \"outcome\" (the default): set rewards = \"steps\""
         );
     }
     let (reference, _) =
