@@ -386,7 +386,7 @@ impl DiffusionConfig {
     /// log-prob of every element within 1.09 std of the mean, 72% of the samples of the last
     /// chain steps, and with it their gradient (docs/algorithms.md §2).
     pub fn logprob_bounds(&self) -> [f64; 2] {
-        let peak = -self.min_logprob_std.ln() - 0.5 * (2.0 * std::f64::consts::PI).ln();
+        let peak = -self.min_logprob_std.ln() - crate::diffusion::HALF_LN_2PI;
         [self.logprob_clamp[0], self.logprob_clamp[1].max(peak)]
     }
 }

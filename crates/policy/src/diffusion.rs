@@ -19,7 +19,7 @@ use crate::encoder::{ImageShape, ObsEncoder, ObsTensors};
 use crate::planner::AgentLayout;
 use crate::schedule::{Prediction, Schedule, StepCoeffs, q_sample_coeffs, step_coeffs};
 
-const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
+pub(crate) const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
 
 /// Encoder + denoiser: the trainable part of a diffusion policy.
 #[derive(Module, Debug)]
