@@ -119,7 +119,10 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
 
     /// With `resume`, continues from `out/train_state` when it exists: loads the policy, its
     /// optimiser and the counters, and returns the folder for the learner's own files (critic,
-    /// implicit PRM). A state written with another config, policy, seed or algorithm is refused.
+    /// implicit PRM). A state written with another config, policy, seed or algorithm is refused,
+    /// except for `iterations`: it only bounds the loop and schedules the last checkpoint and
+    /// the evaluations (every learning rate is constant), so a run can be extended, though not
+    /// cut below the iterations it has done.
     pub fn resume(&mut self, resume: bool) -> Result<Option<PathBuf>, LearnError> {
         let dir = self.out.join(STATE_DIR);
         let saved: Option<TrainState> = if resume {
@@ -130,7 +133,9 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
         let Some(st) = saved else {
             return Ok(None);
         };
-        if st.config != *self.cfg
+        let mut saved_cfg = st.config.clone();
+        saved_cfg.iterations = self.cfg.iterations;
+        if saved_cfg != *self.cfg
             || st.policy != self.policy.config
             || st.seed != self.seed
             || st.algorithm != self.algorithm
@@ -143,6 +148,15 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
                 "{} was written by a run with another {section} or policy config, seed or \
                  algorithm; remove it or use another output folder",
                 dir.display()
+            )));
+        }
+        if self.cfg.iterations < st.iteration {
+            return Err(LearnError::Resume(format!(
+                "{} has done {} iterations; resuming it needs iterations >= {} (asked for {})",
+                dir.display(),
+                st.iteration,
+                st.iteration,
+                self.cfg.iterations
             )));
         }
         let model = self.policy.model.clone();

@@ -502,7 +502,7 @@ impl GrpoHooks<CpuBackend> for StopAt {
 }
 
 #[test]
-fn interrupted_and_resumed_equals_uninterrupted_for_grpo_and_ppo() {
+fn interrupted_resumed_and_extended_runs_equal_uninterrupted_for_grpo_and_ppo() {
     let d = tempfile::tempdir().unwrap();
     let pre = pretrained(&d.path().join("bc"));
     let implicit = GrpoConfig {
@@ -543,6 +543,34 @@ fn interrupted_and_resumed_equals_uninterrupted_for_grpo_and_ppo() {
         assert!(
             flat(&resumed.policy.model) == flat(&full.policy.model),
             "{name}: resumed weights differ from the uninterrupted run's"
+        );
+        // A finished run of 2 iterations extended to 3 ends where the 3-iteration run did;
+        // cutting it below the 2 it has done is refused.
+        let c = d.path().join(format!("{name}c"));
+        let two = GrpoConfig {
+            iterations: 2,
+            ..cfg.clone()
+        };
+        let done = fine_tune(&pre, &two, algorithm, true, &c, false, &mut grpo::NoHooks).unwrap();
+        assert!(!done.interrupted && done.iterations == 2);
+        let one = GrpoConfig {
+            iterations: 1,
+            ..cfg.clone()
+        };
+        let e = fine_tune(&pre, &one, algorithm, true, &c, true, &mut grpo::NoHooks)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("has done 2 iterations") && e.contains(">= 2"),
+            "{e}"
+        );
+        let extended =
+            fine_tune(&pre, &cfg, algorithm, true, &c, true, &mut grpo::NoHooks).unwrap();
+        assert_eq!(extended.iterations, 3);
+        assert!(
+            flat(&extended.policy.model) == flat(&full.policy.model),
+            "{name}: the extended run's weights differ from the uninterrupted run's"
         );
         // A different config refuses the old state.
         let other = GrpoConfig {

@@ -37,7 +37,8 @@ pub struct FinetuneArgs {
     /// Output folder (default: runs/<name>/grpo or runs/<name>/ppo).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Continue from the output folder's train_state (exactly where it stopped).
+    /// Continue from the output folder's train_state (exactly where it stopped); with a larger
+    /// --iterations, a finished run goes on to the new count.
     #[arg(long)]
     pub resume: bool,
     /// Override [grpo].iterations.
