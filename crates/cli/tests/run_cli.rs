@@ -180,6 +180,30 @@ fn every_stage_then_reuse_then_config_changes() {
     assert_eq!((&s4["finetune"], &s4["bc"]), (&"ppo".into(), &s3["bc"]));
     let report = std::fs::read_to_string(run.join("report.md")).unwrap();
     assert!(report.contains("| PPO (2 iterations) | 4 |"), "{report}");
+    // --finetune overrides the config's learner: back to GRPO, whose stage is the one above.
+    let back = diffrl(&[
+        "run",
+        &ppo_cfg,
+        "--out",
+        &out,
+        "--resume",
+        "--finetune",
+        "grpo",
+        "--rerun",
+        "off",
+    ])
+    .unwrap();
+    assert!(
+        back.contains("grpo: 2 iterations") && back.contains("[2/5] pretrain: reusing"),
+        "{back}"
+    );
+    let s5 = json(&run.join("summary.json"));
+    assert_eq!(
+        (&s5["finetune"], &s5["grpo"]),
+        (&"grpo".into(), &s3["grpo"])
+    );
+    let e = diffrl(&["run", &ppo_cfg, "--out", &out, "--finetune", "sac"]).unwrap_err();
+    assert!(e.contains("sac") && e.contains("ppo"), "{e}");
 }
 
 /// Fingerprints follow what a stage reads: GRPO shaped by the run's own progress model is

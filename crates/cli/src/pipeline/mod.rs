@@ -26,6 +26,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use diffrl_core::record::Timeline;
 use diffrl_core::run_dir::RunDir;
+use diffrl_learn::grpo::Algorithm;
 use serde_json::json;
 
 use crate::config::{self, RunConfig};
@@ -48,6 +49,10 @@ pub struct RunArgs {
     /// Override [demos].episodes (when demos are recorded rather than read from a dataset).
     #[arg(long)]
     pub episodes: Option<usize>,
+    /// Override [run].finetune: the fine-tuning stage's learner, grpo or ppo (PPO: a learned
+    /// critic and GAE on the same [grpo] table; docs/run.md compares them).
+    #[arg(long, value_parser = ["grpo", "ppo"])]
+    pub finetune: Option<String>,
     /// Smoke-test preset (a few minutes on 2 cores): short behaviour cloning, reward model
     /// and GRPO, 20 evaluation episodes; the run folder gets a `-quick` suffix.
     #[arg(long)]
@@ -105,6 +110,13 @@ pub fn run(
     if let Some(e) = args.episodes {
         anyhow::ensure!(e >= 1, "--episodes must be at least 1");
         cfg.demos.episodes = e;
+    }
+    if let Some(f) = &args.finetune {
+        cfg.run.finetune = if f == "ppo" {
+            Algorithm::Ppo
+        } else {
+            Algorithm::Grpo
+        };
     }
     if args.quick {
         quick_preset(&mut cfg);
