@@ -41,6 +41,16 @@ pub enum Algorithm {
     Ppo,
 }
 
+impl Algorithm {
+    /// The learner's name as configs and commands spell it: "grpo" or "ppo".
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Grpo => "grpo",
+            Self::Ppo => "ppo",
+        }
+    }
+}
+
 /// Fine-tuning settings (`[grpo]` in a run config; `diffrl ppo` reads the same table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -140,10 +140,7 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
             || st.seed != self.seed
             || st.algorithm != self.algorithm
         {
-            let section = match self.algorithm {
-                Algorithm::Grpo => "grpo",
-                Algorithm::Ppo => "ppo",
-            };
+            let section = self.algorithm.name();
             return Err(LearnError::Resume(format!(
                 "{} was written by a run with another {section} or policy config, seed or \
                  algorithm; remove it or use another output folder",

@@ -172,10 +172,7 @@ pub fn finetune<B: AutodiffBackend>(
     out: &mut dyn Write,
     rec: &dyn Recorder,
 ) -> anyhow::Result<Option<EvalReport>> {
-    let stage = match algorithm {
-        Algorithm::Grpo => "grpo",
-        Algorithm::Ppo => "ppo",
-    };
+    let stage = algorithm.name();
     if algorithm == Algorithm::Ppo
         && cfg.grpo.ppo.rewards == PpoRewards::Outcome
         && (cfg.reward.shaping.is_some() || cfg.reward.spa.is_some())
@@ -324,10 +321,7 @@ pub fn finetune_cmd(
     if let Some(s) = args.seed {
         cfg.run.seed = s;
     }
-    let stage = match algorithm {
-        Algorithm::Grpo => "grpo",
-        Algorithm::Ppo => "ppo",
-    };
+    let stage = algorithm.name();
     let run_dir = cfg.run.runs_dir.join(&cfg.run.name);
     let policy_dir = args
         .policy

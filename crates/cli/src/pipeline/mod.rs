@@ -51,8 +51,8 @@ pub struct RunArgs {
     pub episodes: Option<usize>,
     /// Override [run].finetune: the fine-tuning stage's learner, grpo or ppo (PPO: a learned
     /// critic and GAE on the same [grpo] table; docs/run.md compares them).
-    #[arg(long, value_parser = ["grpo", "ppo"])]
-    pub finetune: Option<String>,
+    #[arg(long, value_parser = parse_learner)]
+    pub finetune: Option<Algorithm>,
     /// Smoke-test preset (a few minutes on 2 cores): short behaviour cloning, reward model
     /// and GRPO, 20 evaluation episodes; the run folder gets a `-quick` suffix.
     #[arg(long)]
@@ -70,6 +70,12 @@ pub struct RunArgs {
 }
 
 const STAGES: usize = 5;
+
+/// `--finetune`: a learner as `[run] finetune` spells it.
+fn parse_learner(s: &str) -> Result<Algorithm, String> {
+    serde_json::from_value(serde_json::Value::String(s.into()))
+        .map_err(|_| format!("unknown learner {s:?}; available: grpo, ppo"))
+}
 
 /// Stochastic rollouts of the BC policy the reward stage scores the progress model on.
 const VS_POLICY_EPISODES: usize = 50;
@@ -111,12 +117,8 @@ pub fn run(
         anyhow::ensure!(e >= 1, "--episodes must be at least 1");
         cfg.demos.episodes = e;
     }
-    if let Some(f) = &args.finetune {
-        cfg.run.finetune = if f == "ppo" {
-            Algorithm::Ppo
-        } else {
-            Algorithm::Grpo
-        };
+    if let Some(f) = args.finetune {
+        cfg.run.finetune = f;
     }
     if args.quick {
         quick_preset(&mut cfg);

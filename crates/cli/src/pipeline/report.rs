@@ -7,7 +7,6 @@ use anyhow::Context;
 use diffrl_core::fs::write_atomic;
 use diffrl_core::stats;
 use diffrl_learn::eval::EvalReport;
-use diffrl_learn::grpo::Algorithm;
 use serde_json::{Value, json};
 
 use super::VS_POLICY_EPISODES;
@@ -84,11 +83,8 @@ fn grpo_evals_line(root: &Path, r: &Results) -> Option<String> {
 }
 
 /// The fine-tuning learner's name in report.md ("GRPO" or "PPO"; `[run] finetune`).
-fn learner(r: &Results) -> &'static str {
-    match r.learner {
-        Algorithm::Grpo => "GRPO",
-        Algorithm::Ppo => "PPO",
-    }
+fn learner(r: &Results) -> String {
+    r.learner.name().to_uppercase()
 }
 
 /// The BC row's name: its steps, and its DAgger rounds when there were any.
