@@ -24,7 +24,7 @@ use crate::advantages::{
 };
 use crate::batch::{Batch, Round, collect_round};
 pub use crate::finetune::{Algorithm, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome, NoHooks};
-pub use crate::ppo::{Critic, PpoConfig};
+pub use crate::ppo::{Critic, CriticInput, PpoConfig};
 use crate::rollout::GroupRollout;
 use crate::session::Session;
 use crate::state::STATE_DIR;

@@ -18,9 +18,9 @@ use diffrl_core::episode::Episode;
 use diffrl_core::record::Timeline;
 use diffrl_core::reward::{EpisodeRewards, RewardModule};
 use diffrl_core::seeding::{derive, rng};
+use diffrl_core::space::Observation;
 use diffrl_core::vec_env::VecEnv;
 use diffrl_policy::config::Activation;
-use diffrl_policy::encoder::ObsTensors;
 use diffrl_policy::nn::Mlp;
 use diffrl_policy::{ObsBatch, Policy, seeded_init};
 use rand::seq::SliceRandom;
@@ -47,10 +47,25 @@ pub struct PpoConfig {
     pub critic_lr: f64,
     /// Critic hidden width (two hidden layers).
     pub critic_hidden: usize,
+    /// What the critic reads ([`CriticInput`]).
+    pub critic_input: CriticInput,
     /// Normalise advantages over the batch.
     pub normalize_advantages: bool,
     /// What the critic's returns sum ([`PpoRewards`]).
     pub rewards: PpoRewards,
+}
+
+/// What PPO's critic reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CriticInput {
+    /// The normalised state window alone: neither the images nor the instruction.
+    #[default]
+    State,
+    /// The policy's condition vector: its encoder's features of the state window, the images
+    /// and the instruction, computed by the current policy; the critic's loss does not train
+    /// the encoder. For tasks whose state does not tell the goal (an instruction, a camera).
+    Condition,
 }
 
 /// The rewards PPO's returns are made of.
@@ -76,6 +91,7 @@ impl Default for PpoConfig {
             lambda: 0.95,
             critic_lr: 1e-3,
             critic_hidden: 256,
+            critic_input: CriticInput::State,
             normalize_advantages: true,
             rewards: PpoRewards::Outcome,
         }
@@ -99,7 +115,7 @@ impl Validate for PpoConfig {
     }
 }
 
-/// State-value network of PPO: MLP over the normalised, flattened observation history.
+/// State-value network of PPO: MLP over [`critic_features`].
 #[derive(Module, Debug)]
 pub struct Critic<B: Backend> {
     net: Mlp<B>,
@@ -113,13 +129,59 @@ impl<B: Backend> Critic<B> {
         }
     }
 
-    /// V(s): [B].
-    pub fn forward(&self, obs: &ObsTensors<B>) -> Tensor<B, 1> {
-        let [b, to, ds] = obs.state.dims();
-        self.net
-            .forward(obs.state.clone().reshape([b, to * ds]))
-            .reshape([b])
+    /// V(s) of [B, input] features: [B].
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 1> {
+        let b = x.dims()[0];
+        self.net.forward(x).reshape([b])
     }
+}
+
+/// The critic's input rows for `obs` ([`CriticInput`]): [B, to * ds] normalised states, or
+/// [B, cond_dim] condition features of `policy`.
+fn critic_features<B: Backend>(
+    policy: &Policy<B>,
+    input: CriticInput,
+    obs: &ObsBatch,
+    device: &B::Device,
+) -> Result<Tensor<B, 2>, LearnError> {
+    let t = policy.obs_tensors(obs, device)?;
+    Ok(match input {
+        CriticInput::State => {
+            let [b, to, ds] = t.state.dims();
+            t.state.reshape([b, to * ds])
+        }
+        CriticInput::Condition => policy.condition(&t),
+    })
+}
+
+/// The critic's input width for `policy`.
+fn critic_width<B: Backend>(policy: &Policy<B>, input: CriticInput) -> usize {
+    match input {
+        CriticInput::State => policy.config.obs_horizon * policy.spec.state_dim,
+        CriticInput::Condition => policy.condition_dim(),
+    }
+}
+
+/// The observations `decisions` read, as one batch: states, images (for pixel policies) and
+/// instructions (tasks with text).
+fn decisions_batch<'a>(decisions: impl Iterator<Item = &'a crate::rollout::Decision>) -> ObsBatch {
+    let mut obs = ObsBatch::default();
+    let mut texts: Option<Vec<String>> = Some(Vec::new());
+    for d in decisions {
+        obs.batch += 1;
+        obs.state.extend_from_slice(&d.state);
+        if let Some(img) = &d.image {
+            obs.image
+                .get_or_insert_with(Vec::new)
+                .extend_from_slice(img);
+        }
+        match (&mut texts, &d.text) {
+            (Some(t), Some(x)) => t.push(x.clone()),
+            _ => texts = None,
+        }
+    }
+    obs.text = texts.filter(|t| !t.is_empty());
+    obs
 }
 
 /// Fine-tunes `policy` with PPO (see [`crate::grpo::train`], which hands [`Algorithm::Ppo`]
@@ -218,12 +280,13 @@ struct ValueFunction<B: AutodiffBackend> {
 }
 
 impl<B: AutodiffBackend> ValueFunction<B> {
-    /// A critic of the run's policy's state window, initialised from the run's seed.
+    /// A critic of the run's policy's observations ([`CriticInput`]), initialised from the
+    /// run's seed.
     fn new(run: &Session<'_, B>) -> Self {
-        let (to, ds) = (run.policy.config.obs_horizon, run.policy.spec.state_dim);
+        let input = critic_width(&run.policy, run.cfg.ppo.critic_input);
         let device = run.device.clone();
         let critic = seeded_init::<B, _>(&device, derive(run.seed, 0xC817), || {
-            Critic::new(to * ds, run.cfg.ppo.critic_hidden, &device)
+            Critic::new(input, run.cfg.ppo.critic_hidden, &device)
         });
         Self {
             critic,
@@ -269,6 +332,9 @@ impl<B: AutodiffBackend> ValueFunction<B> {
         seed: u64,
     ) -> Result<f64, LearnError> {
         let (device, mut critic) = (&self.device, self.critic.clone());
+        // The features come from the policy without its autodiff graph: the critic's loss
+        // trains the critic alone.
+        let inner = policy.valid();
         let rows: Vec<(usize, usize, f32)> = returns
             .iter()
             .enumerate()
@@ -280,22 +346,9 @@ impl<B: AutodiffBackend> ValueFunction<B> {
         let mut total = 0.0;
         let mut count = 0usize;
         for idx in order.chunks(mb) {
-            let state: Vec<f32> = idx
-                .iter()
-                .flat_map(|&i| kept[rows[i].0].decisions[rows[i].1].state.clone())
-                .collect();
-            // The critic reads the states only; the instructions make the batch one that a
-            // language-conditioned policy accepts.
-            let text = decision_texts(idx.iter().map(|&i| &kept[rows[i].0].decisions[rows[i].1]));
-            let obs = policy.obs_tensors(
-                &ObsBatch {
-                    batch: idx.len(),
-                    state,
-                    image: None,
-                    text,
-                },
-                device,
-            )?;
+            let obs = decisions_batch(idx.iter().map(|&i| &kept[rows[i].0].decisions[rows[i].1]));
+            let x =
+                Tensor::from_inner(critic_features(&inner, cfg.ppo.critic_input, &obs, device)?);
             let target = Tensor::<B, 1>::from_data(
                 TensorData::new(
                     idx.iter().map(|&i| rows[i].2).collect::<Vec<_>>(),
@@ -303,7 +356,7 @@ impl<B: AutodiffBackend> ValueFunction<B> {
                 ),
                 device,
             );
-            let loss = (critic.forward(&obs) - target).square().mean();
+            let loss = (critic.forward(x) - target).square().mean();
             let v = loss.clone().into_scalar().elem::<f64>();
             if !v.is_finite() {
                 continue;
@@ -385,29 +438,26 @@ fn ppo_advantages<B: Backend>(
                 "non-finite reward {v} at decision {t} of a rollout"
             )));
         }
-        let mut state: Vec<f32> = r.decisions.iter().flat_map(|d| d.state.clone()).collect();
+        let mut obs = decisions_batch(r.decisions.iter());
         // The outcome is the whole episode's: nothing follows its last decision.
         let episodic = r.episode.terminated || cfg.rewards == PpoRewards::Outcome;
+        let images = policy.spec.image.is_some();
         let final_window = (!episodic)
-            .then(|| final_window(&r.episode, policy.config.obs_horizon))
+            .then(|| final_window(&r.episode, policy.config.obs_horizon, images))
             .flatten();
-        let rows = n + usize::from(final_window.is_some());
-        if let Some(w) = &final_window {
-            state.extend_from_slice(w);
+        if let Some((state, image)) = &final_window {
+            obs.batch += 1;
+            obs.state.extend_from_slice(state);
+            if let (Some(all), Some(img)) = (obs.image.as_mut(), image) {
+                all.extend_from_slice(img);
+            }
+            // The final window reads the instruction of the episode's last decision.
+            if let (Some(texts), Some(last)) = (obs.text.as_mut(), r.decisions.last()) {
+                texts.extend(last.text.clone());
+            }
         }
-        // The final window reads the instruction of the episode's last decision.
-        let text = decision_texts(
-            r.decisions
-                .iter()
-                .chain(final_window.as_ref().and(r.decisions.last())),
-        );
-        let obs = ObsBatch {
-            batch: rows,
-            state,
-            image: None,
-            text,
-        };
-        let values: Vec<f64> = to_vec(critic.forward(&policy.obs_tensors(&obs, device)?))?
+        let x = critic_features(policy, cfg.critic_input, &obs, device)?;
+        let values: Vec<f64> = to_vec(critic.forward(x))?
             .into_iter()
             .map(f64::from)
             .collect();
@@ -432,26 +482,29 @@ fn ppo_advantages<B: Backend>(
     Ok((out, returns))
 }
 
-/// The state window (`horizon` frames, oldest first, the first frame repeated before the
-/// start as during rollouts) that ends at `ep`'s final observation; `None` without one.
-fn final_window(ep: &Episode, horizon: usize) -> Option<Vec<f32>> {
+/// The observation window (`horizon` frames, oldest first, the first frame repeated before
+/// the start as during rollouts) that ends at `ep`'s final observation: its states and, with
+/// `images`, its images; `None` without one (or, with `images`, when a frame has none).
+fn final_window(ep: &Episode, horizon: usize, images: bool) -> Option<(Vec<f32>, Option<Vec<u8>>)> {
     let last = ep.final_observation.as_ref()?;
-    let mut frames: Vec<&[f32]> = ep
-        .observations
-        .iter()
-        .map(|o| o.state.as_slice())
-        .chain(std::iter::once(last.state.as_slice()))
-        .collect();
+    let mut frames: Vec<&Observation> = ep.observations.iter().chain([last]).collect();
     let first = frames[0];
     while frames.len() < horizon {
         frames.insert(0, first);
     }
-    Some(frames[frames.len() - horizon..].concat())
-}
-
-/// The instructions `decisions` read (None when they read none: tasks without text).
-fn decision_texts<'a>(
-    decisions: impl Iterator<Item = &'a crate::rollout::Decision>,
-) -> Option<Vec<String>> {
-    decisions.map(|d| d.text.clone()).collect()
+    let frames = &frames[frames.len() - horizon..];
+    let state = frames
+        .iter()
+        .flat_map(|o| o.state.iter().copied())
+        .collect();
+    let image = if images {
+        let px: Option<Vec<&[u8]>> = frames
+            .iter()
+            .map(|o| o.image.as_ref().map(|i| i.data.as_slice()))
+            .collect();
+        Some(px?.concat())
+    } else {
+        None
+    };
+    Some((state, image))
 }

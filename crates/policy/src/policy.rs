@@ -438,6 +438,23 @@ impl<B: Backend> Policy<B> {
         }
     }
 
+    /// The condition vector [B, cond_dim] the network reads for `obs`: its encoder's state,
+    /// image and instruction features.
+    pub fn condition(&self, obs: &ObsTensors<B>) -> Tensor<B, 2> {
+        match &self.model {
+            PolicyModel::Diffusion(m) => m.encoder.forward(obs),
+            PolicyModel::Gaussian(m) => m.encoder.forward(obs),
+        }
+    }
+
+    /// Width of [`Policy::condition`].
+    pub fn condition_dim(&self) -> usize {
+        match &self.model {
+            PolicyModel::Diffusion(m) => m.encoder.out_dim(),
+            PolicyModel::Gaussian(m) => m.encoder.out_dim(),
+        }
+    }
+
     /// Chain length: K for diffusion, 1 for Gaussian.
     pub fn chain_len(&self) -> usize {
         self.process().map_or(1, DiffusionProcess::steps)
