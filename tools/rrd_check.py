@@ -1,8 +1,9 @@
 """Checks .rrd recordings written by diffrl with the real Rerun CLI (rerun-sdk 0.36.3).
 
 Usage: rrd_check.py RERUN_EXE KIND=FILE.rrd [KIND=FILE.rrd ...]
-KIND selects the entity paths the file must hold (pretrain, grpo, run, robustness); `run` is
-a `diffrl run` recording: behaviour cloning, the GRPO stage and the final evaluations.
+KIND selects the entity paths the file must hold (pretrain, grpo, run, robustness, pixels);
+`run` is a `diffrl run` recording: behaviour cloning, the GRPO stage and the final evaluations;
+`pixels` a pixel policy's pretrain and evaluation on the tabletop.
 
 For each file: `rerun rrd verify` must accept it, `rerun rrd stats` must read it, and
 `rerun rrd print` must list every expected entity with its components. Prints one summary line
@@ -60,6 +61,17 @@ EXPECTED = {
         "/robustness/success_rate": ["BarChart:values"],
         "/robustness/mean_max_score": ["BarChart:values"],
     },
+}
+
+# A pixel policy's evaluation on the tabletop (lang-cubes from its camera): the 3-D scene, the
+# policy's frame and where it looked (occlusion saliency).
+EXPECTED["pixels"] = {
+    **COMMON,
+    "/pixels": ["Image:buffer", "Image:format"],
+    "/scene3d/actions/predicted": ["LineStrips3D:strips"],
+    "/saliency/frame": ["Image:buffer", "Image:format"],
+    "/saliency/max": ["Scalars:scalars"],
+    "/eval/episodes": ["TextLog:text", "TextLog:level"],
 }
 
 EXPECTED["run"] = {

@@ -133,6 +133,28 @@ pub struct PolicyCall<'a> {
     pub chain: &'a [f32],
     /// log pi(x_{k-1} | x_k, s) for k = K..1, `[K]`, or empty.
     pub logp: &'a [f32],
+    /// Where a pixel policy looked in its newest camera frame, when computed.
+    pub saliency: Option<FrameSaliency<'a>>,
+}
+
+/// Occlusion saliency of a policy's camera frame: per square of the frame, how far the policy's
+/// action chunk moves when the square is hidden.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameSaliency<'a> {
+    /// The frame, `[height, width, 3]` RGB.
+    pub frame: &'a [u8],
+    /// Frame rows.
+    pub height: u32,
+    /// Frame columns.
+    pub width: u32,
+    /// Side of a square in pixels.
+    pub square: usize,
+    /// Squares per column of the frame.
+    pub rows: usize,
+    /// Squares per row of the frame.
+    pub cols: usize,
+    /// Saliency per square, row-major (`rows * cols` values >= 0).
+    pub values: &'a [f32],
 }
 
 /// The end of an evaluation (or rollout) episode.
@@ -372,6 +394,7 @@ mod tests {
             executed: 1,
             chain: &[],
             logp: &[],
+            saliency: None,
         });
         r.step_series(StepSeries::Reward, 3, &[1.0, 2.0]);
         r.group_stats(&[0.0, 1.0], 2);

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use burn::tensor::backend::Backend;
 use diffrl_core::env::Env;
-use diffrl_core::record::{EpisodeEnd, PolicyCall, Recorder};
+use diffrl_core::record::{EpisodeEnd, FrameSaliency, PolicyCall, Recorder};
 use diffrl_core::seeding::{Rng, derive, rng};
 use diffrl_core::space::Observation;
 use diffrl_core::stats::{Z95, wilson_interval};
@@ -261,12 +261,35 @@ impl<B: Backend> Actor for PolicyActor<'_, B> {
         let ta = self.action_horizon();
         if let Some(row) = recorded_row {
             let (chain, logp) = crate::rollout::chain_row(self.policy, &act.sample, row)?;
+            // Pixel policies: where the policy looked, in squares of its patch size (its own
+            // deterministic chains, so the actions above do not change).
+            let saliency = match (self.policy.spec.image, &obs.image) {
+                (Some([c, h, w]), Some(px)) => {
+                    let square = self.policy.config.encoder.image.patch_size;
+                    let s = self
+                        .policy
+                        .occlusion_saliency(obs, row, square, 0, self.device)?;
+                    let (to, per) = (self.obs_horizon(), h * w * c);
+                    let start = (row * to + to - 1) * per;
+                    Some((s, &px[start..start + per], h, w))
+                }
+                _ => None,
+            };
             rec.policy_call(&PolicyCall {
                 action_dim: da,
                 predicted: &act.actions[row * tp * da..(row + 1) * tp * da],
                 executed: ta,
                 chain: &chain,
                 logp: &logp,
+                saliency: saliency.as_ref().map(|(s, frame, h, w)| FrameSaliency {
+                    frame,
+                    height: *h as u32,
+                    width: *w as u32,
+                    square: s.square,
+                    rows: s.rows,
+                    cols: s.cols,
+                    values: &s.values,
+                }),
             });
         }
         Ok(act

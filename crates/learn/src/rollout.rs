@@ -274,6 +274,7 @@ impl<B: Backend> Actor for GroupCollector<'_, B> {
                 executed: ta,
                 chain: &denormalized_chain(policy, &chain[..per_chain]),
                 logp: &logp[..k],
+                saliency: None,
             });
         }
         for (j, &i) in envs.iter().enumerate() {

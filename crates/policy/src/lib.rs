@@ -20,6 +20,7 @@ pub mod nn;
 pub mod patches;
 pub mod planner;
 pub mod policy;
+pub mod saliency;
 pub mod schedule;
 pub mod text_encoder;
 pub mod tokenizer;
@@ -30,6 +31,7 @@ pub use config::PolicyConfig;
 pub use diffusion::{ChainSample, DiffusionProcess, Noise, SampleMode};
 pub use error::{CheckpointError, PolicyError};
 pub use policy::{Act, Normalizers, ObsBatch, Policy, PolicyModel, PolicySpec, seeded_init};
+pub use saliency::Saliency;
 pub use tokenizer::{Strictness, TextError, Tokenizer, Vocabulary};
 
 /// The CPU backend used by default (pure-Rust Flex).

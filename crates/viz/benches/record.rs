@@ -88,6 +88,7 @@ fn rollout(rec: &dyn Recorder, iteration: i64) {
                 executed: 2,
                 chain: &chain,
                 logp: &logp,
+                saliency: None,
             });
         }
     }

@@ -22,6 +22,10 @@
 //! pixels and the named cameras; the chain view shows each denoising chain as 3-D paths of the
 //! end effector over the path it is drawn from. The recorder sends it when the first 3-D scene
 //! arrives.
+//!
+//! Every layout has a `saliency` tab beside the pixels: where a pixel policy looked during an
+//! evaluation (`saliency/frame`, the occlusion map over its camera frame) and the largest
+//! value per policy call (`saliency/max`).
 
 use diffrl_core::record::{Timeline, Topic};
 use rerun::blueprint::components::PanelState;
@@ -53,11 +57,25 @@ pub enum Layout {
 /// other timeline stay empty until it is selected in the time panel.
 pub fn default_blueprint(timeline: Timeline, layout: Layout) -> Blueprint {
     let pixels = Spatial2DView::new("pixels").with_origin(root(paths::PIXELS));
+    let saliency = || -> ContainerLike {
+        Vertical::new([
+            Spatial2DView::new("saliency (hidden square -> chunk change)")
+                .with_origin(root(paths::SALIENCY_FRAME))
+                .into(),
+            TimeSeriesView::new("largest saliency")
+                .with_origin(root(paths::SALIENCY_MAX))
+                .into(),
+        ])
+        .with_row_shares([3.0, 1.0])
+        .with_name("saliency")
+        .into()
+    };
     let left = match layout {
         Layout::Flat => {
             let scene = Tabs::new([
                 ContainerLike::from(Spatial2DView::new("scene").with_origin(root(paths::SCENE))),
                 pixels.into(),
+                saliency(),
             ]);
             let chain = Spatial2DView::new("denoising chain (x_K blue .. x_0 red)")
                 .with_origin(root(paths::CHAIN))
@@ -70,6 +88,7 @@ pub fn default_blueprint(timeline: Timeline, layout: Layout) -> Blueprint {
                     Spatial2DView::new("bird's-eye scene").with_origin(root(paths::SCENE)),
                 ),
                 pixels.into(),
+                saliency(),
             ]);
             let chain = Spatial2DView::new("denoising chain over the road (x_K blue .. x_0 red)")
                 .with_origin("/")
@@ -87,6 +106,7 @@ pub fn default_blueprint(timeline: Timeline, layout: Layout) -> Blueprint {
                 Spatial2DView::new("cameras")
                     .with_origin(root(paths::CAMERAS))
                     .into(),
+                saliency(),
             ]);
             let chain = Spatial3DView::new("denoising chain (x_K blue .. x_0 red)")
                 .with_origin(root(paths::SCENE3D))

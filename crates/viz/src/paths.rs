@@ -24,6 +24,13 @@ pub const ACTIONS3D_PREDICTED: &str = "scene3d/actions/predicted";
 pub const ACTIONS3D_EXECUTED: &str = "scene3d/actions/executed";
 /// x_K..x_0 of the last policy call as 3-D paths coloured by k.
 pub const CHAIN3D: &str = "scene3d/chain";
+/// Root of the policy's occlusion saliency (pixel policies, evaluations).
+pub const SALIENCY: &str = "saliency";
+/// The policy's newest camera frame blended with a heat map (black .. red .. white) of how far
+/// its action chunk moves when each square is hidden, scaled to the call's largest value.
+pub const SALIENCY_FRAME: &str = "saliency/frame";
+/// That largest value per policy call (RMS change of the chunk, normalised action units).
+pub const SALIENCY_MAX: &str = "saliency/max";
 /// Further named camera images of a scene (`cameras/<name>`).
 pub const CAMERAS: &str = "cameras";
 /// Root of the denoising chain view.

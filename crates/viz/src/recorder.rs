@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use diffrl_core::record::{EpisodeEnd, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic};
+use diffrl_core::record::{
+    EpisodeEnd, FrameSaliency, Level, PolicyCall, Recorder, StepSeries, Timeline, Topic,
+};
 use diffrl_core::scene::{ActionPaths2d, ActionPoints3d, Body, Rgba, Scene, Shape2d, Shape3d};
 use rerun::{
     BarChart, Boxes2D, Boxes3D, Capsules3D, Color, Cylinders3D, Ellipsoids3D, Image, LineStrips2D,
@@ -123,6 +125,12 @@ fn color(c: Rgba) -> Color {
 /// A line width in screen points (Rerun reads negative radii so), whatever the scene's units.
 fn ui(points: f32) -> Radius {
     Radius::new_ui_points(points)
+}
+
+/// Black (0) through red and yellow to white (1).
+fn heat_color(v: f32) -> [u8; 3] {
+    let v = v.clamp(0.0, 1.0) * 3.0;
+    [v, v - 1.0, v - 2.0].map(|c| (c.clamp(0.0, 1.0) * 255.0).round() as u8)
 }
 
 fn chain_color(k: usize, big_k: usize) -> Color {
@@ -489,6 +497,60 @@ impl RerunRecorder {
     }
 
     /// The action chunk and denoising chain of `call` as 3-D paths over a 3-D scene.
+    /// The frame blended with a heat map of its squares' saliency, scaled to the largest
+    /// (`saliency/frame`), and that largest value (`saliency/max`, normalised action units).
+    fn saliency(&self, s: &FrameSaliency<'_>) {
+        let (h, w) = (s.height as usize, s.width as usize);
+        if s.frame.len() != h * w * 3 || s.values.len() != s.rows * s.cols || s.square == 0 {
+            self.check::<(), _>(
+                "logging the saliency map",
+                Err(format!(
+                    "a {h} x {w} RGB frame has {} bytes, not {}, or {} values for {} x {} squares",
+                    s.frame.len(),
+                    h * w * 3,
+                    s.values.len(),
+                    s.rows,
+                    s.cols
+                )),
+            );
+            return;
+        }
+        let max = s.values.iter().copied().fold(0.0f32, f32::max);
+        let mut px = Vec::with_capacity(h * w * 3);
+        for y in 0..h {
+            for x in 0..w {
+                let (r, q) = (
+                    (y / s.square).min(s.rows - 1),
+                    (x / s.square).min(s.cols - 1),
+                );
+                let v = if max > 0.0 {
+                    s.values[r * s.cols + q] / max
+                } else {
+                    0.0
+                };
+                let heat = heat_color(v);
+                let at = (y * w + x) * 3;
+                let grey = s.frame[at..at + 3]
+                    .iter()
+                    .map(|&c| f32::from(c))
+                    .sum::<f32>()
+                    / 3.0;
+                for c in heat {
+                    px.push((0.4 * grey + 0.6 * f32::from(c)).round() as u8);
+                }
+            }
+        }
+        let r = self.rec.log(
+            paths::SALIENCY_FRAME,
+            &Image::from_rgb24(px, [s.width, s.height]),
+        );
+        self.check("logging the saliency map", r);
+        let r = self
+            .rec
+            .log(paths::SALIENCY_MAX, &Scalars::new([f64::from(max)]));
+        self.check("logging the saliency maximum", r);
+    }
+
     fn policy_call_3d(&self, a3: &ActionPoints3d, call: &PolicyCall<'_>) {
         let da = call.action_dim;
         let predicted = a3.points(call.predicted, da);
@@ -692,6 +754,9 @@ impl Recorder for RerunRecorder {
         let mut st = self.lock();
         let frame = st.frame;
         self.stamp(&st, &[Timeline::EnvStep, Timeline::TrainStep]);
+        if let Some(s) = &call.saliency {
+            self.saliency(s);
+        }
         if let Some(a3) = st.actions_3d {
             self.policy_call_3d(&a3, call);
             self.chain_logp(&mut st, call);
@@ -979,6 +1044,7 @@ mod tests {
             executed: 1,
             chain: &chain,
             logp: &[-1.0, -2.0],
+            saliency: None,
         };
         let record = |scene: &Scene| {
             let (rec, storage) = RerunRecorder::memory().unwrap();
@@ -1014,6 +1080,56 @@ mod tests {
         assert_eq!(s2.rows("/scene3d/tool_path"), 0);
     }
 
+    /// A policy call with a saliency map logs the blended frame and its largest value on both
+    /// layouts; a map whose frame or values have the wrong size is skipped with a warning.
+    #[test]
+    fn saliency_maps_log_their_frame_and_largest_value() {
+        let frame = vec![100u8; 4 * 4 * 3];
+        let map = FrameSaliency {
+            frame: &frame,
+            height: 4,
+            width: 4,
+            square: 2,
+            rows: 2,
+            cols: 2,
+            values: &[0.5, 0.0, 0.25, 0.1],
+        };
+        let good = PolicyCall {
+            action_dim: 2,
+            predicted: &[0.1, 0.2, 0.3, 0.4],
+            executed: 1,
+            chain: &[],
+            logp: &[],
+            saliency: Some(map),
+        };
+        let bad = PolicyCall {
+            saliency: Some(FrameSaliency {
+                frame: &frame[1..],
+                ..map
+            }),
+            ..good
+        };
+        for scene in [
+            Scene::new([[0.0, 0.0], [1.0, 1.0]], true),
+            Scene::new_3d([[-1.0; 3], [1.0; 3]]),
+        ] {
+            let (rec, storage) = RerunRecorder::memory().unwrap();
+            for t in 0..2 {
+                rec.set_time(Timeline::EnvStep, t);
+                rec.scene(&scene);
+                rec.policy_call(&good);
+                rec.policy_call(&bad);
+            }
+            drop(rec);
+            let s = RecordingSummary::from_messages(&storage.take()).unwrap();
+            assert_eq!(s.rows("/saliency/frame"), 2, "{:?}", s.entities.keys());
+            assert_eq!(s.rows("/saliency/max"), 2);
+        }
+        assert_eq!(heat_color(0.0), [0, 0, 0]);
+        assert_eq!(heat_color(0.5), [255, 128, 0]);
+        assert_eq!(heat_color(1.0), [255, 255, 255]);
+    }
+
     /// A scene whose actions are commands draws each chunk, its executed part and every row
     /// of the chain through the scene's path map, one strip per agent.
     #[test]
@@ -1041,6 +1157,7 @@ mod tests {
             executed: 2,
             chain: &chain,
             logp: &[-1.0, -2.0],
+            saliency: None,
         });
         drop(rec);
         // The chunk, its executed two actions, then the chain's three rows.

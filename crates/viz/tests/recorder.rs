@@ -63,6 +63,7 @@ fn log_everything(rec: &dyn Recorder) {
         executed: 2,
         chain: &chain,
         logp: &[-1.5, 0.25],
+        saliency: None,
     });
     rec.step_series(StepSeries::Reward, 1, &[0.0, 0.1, 0.2]);
     rec.step_series(StepSeries::Advantage, 1, &[0.5, 0.5, -0.5]);
