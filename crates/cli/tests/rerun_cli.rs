@@ -255,6 +255,54 @@ fn recordings_of_pretrain_eval_grpo_and_robustness() {
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), before + 1);
 }
 
+/// Push-T from pixels, trained on demonstrations recorded with its camera: the evaluation
+/// records the policy's frame and, at every policy call, where it looked.
+#[test]
+fn a_pixel_policy_records_its_frame_and_saliency() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("pixels.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nthreads = 1\n[env]\nobs = \"pixels\"\nimage_size = 32\nmax_episode_steps = 8\n\
+         [policy]\npred_horizon = 4\naction_horizon = 2\n[policy.encoder.image]\nkind = \"patches\"\n\
+         [policy.denoiser]\nhidden = 16\nblocks = 1\n\
+         [policy.diffusion]\ntrain_steps = 8\ndenoising_steps = 4\n\
+         [pretrain]\nsteps = 4\nbatch_size = 8\nwarmup_steps = 1\neval_every = 0\ncheckpoint_every = 4\n\
+         [eval]\nepisodes = 1\nenvs = 1\n",
+    )
+    .unwrap();
+    let (cfg, demos) = (s(&cfg), s(&d.path().join("demos")));
+    diffrl(&[
+        "demos",
+        "pusht",
+        "--config",
+        &cfg,
+        "--episodes",
+        "2",
+        "--out",
+        &demos,
+    ])
+    .unwrap();
+    let rrd = d.path().join("pixels.rrd");
+    let out = s(&d.path().join("bc"));
+    diffrl(&[
+        "pretrain",
+        "--config",
+        &cfg,
+        "--dataset",
+        &demos,
+        "--out",
+        &out,
+        "--rerun",
+        &format!("save={}", s(&rrd)),
+    ])
+    .unwrap();
+    let sum = read_rrd(&rrd).unwrap();
+    assert_has(&sum, &["/pixels", "/saliency/frame", "/saliency/max"]);
+    // 8 steps in chunks of 2: one map per policy call.
+    assert_eq!(sum.rows("/saliency/frame"), 4);
+}
+
 #[test]
 fn missing_viewer_warns_once_and_training_finishes() {
     let d = tempfile::tempdir().unwrap();

@@ -51,19 +51,29 @@ impl Task for PushTTask {
         .into()
     }
 
-    /// Keypoint policies see the keypoints of the recorded 5-d states; the other modes the
-    /// states themselves (pixel policies cannot train on state datasets at all).
+    /// Keypoint policies see the keypoints of the recorded 5-d states; pixel policies the
+    /// agent's position beside their image (the first two values of a 5-d state; a 2-d state,
+    /// as in LeRobot's image datasets, is that position already); state policies the states
+    /// themselves. Pixel policies still need the dataset's camera frames.
     fn observe_recorded(&self, config: &PushTConfig, state: &[f32]) -> Result<Vec<f32>, String> {
-        if config.obs != ObsMode::Keypoints {
-            return Ok(state.to_vec());
+        match config.obs {
+            ObsMode::State => Ok(state.to_vec()),
+            ObsMode::Pixels => match state {
+                [ax, ay, _, _, _] | [ax, ay] => Ok(vec![*ax, *ay]),
+                _ => Err(format!(
+                    "holds {}-d states; pixel policies read the agent position [agent_x, \
+                     agent_y] of Push-T's 5-d states (or 2-d agent positions)",
+                    state.len()
+                )),
+            },
+            ObsMode::Keypoints => keypoint_observation(state).ok_or_else(|| {
+                format!(
+                    "holds {}-d states; keypoints are computed from Push-T's 5-d states \
+                     [agent_x, agent_y, block_x, block_y, angle]",
+                    state.len()
+                )
+            }),
         }
-        keypoint_observation(state).ok_or_else(|| {
-            format!(
-                "holds {}-d states; keypoints are computed from Push-T's 5-d states [agent_x, \
-                 agent_y, block_x, block_y, angle]",
-                state.len()
-            )
-        })
     }
 
     fn image_size(&self, config: &PushTConfig) -> Option<u32> {

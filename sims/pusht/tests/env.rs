@@ -2,7 +2,7 @@
 
 use diffrl_core::seeding::{self};
 use diffrl_core::{AutoReset, Env, VecEnv};
-use diffrl_pusht::{ObsMode, PushT, PushTConfig, Randomization};
+use diffrl_pusht::{ObsMode, PushT, PushTConfig, PushTTask, Randomization};
 use rand::Rng;
 
 /// A random-ish but reproducible action sequence that keeps the agent near the block.
@@ -264,4 +264,42 @@ fn rendered_state_matches_the_pixels_the_env_observes() {
         p = pixels.step(a).unwrap().obs;
     }
     assert!(diffrl_pusht::render::render_state(&[1.0, 2.0], 96).is_none());
+}
+
+/// Datasets record the 5-d true state; each observation mode trains on what its environment
+/// observes at that state: the state itself, its keypoints, or (pixels) the agent position.
+#[test]
+fn recorded_states_become_each_modes_observation() {
+    use diffrl_core::task::Task;
+    let acts = actions(6, 10);
+    for obs in [ObsMode::State, ObsMode::Keypoints, ObsMode::Pixels] {
+        let cfg = PushTConfig {
+            obs,
+            ..PushTConfig::default()
+        };
+        let mut env = PushT::builder().config(cfg.clone()).build();
+        let mut o = env.reset(3);
+        for a in &acts {
+            let state = env.true_state().map(|v| v as f32);
+            let seen = PushTTask.observe_recorded(&cfg, &state).unwrap();
+            let worst = seen
+                .iter()
+                .zip(&o.state)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert_eq!(seen.len(), o.state.len(), "{obs:?}");
+            assert!(worst < 1e-3, "{obs:?}: {seen:?} vs {:?}", o.state);
+            o = env.step(a).unwrap().obs;
+        }
+    }
+    let pixels = PushTConfig {
+        obs: ObsMode::Pixels,
+        ..PushTConfig::default()
+    };
+    assert_eq!(
+        PushTTask.observe_recorded(&pixels, &[1.0, 2.0]).unwrap(),
+        [1.0, 2.0]
+    );
+    let e = PushTTask.observe_recorded(&pixels, &[1.0; 3]).unwrap_err();
+    assert!(e.contains("3-d states"), "{e}");
 }
