@@ -138,7 +138,8 @@ pub enum Command {
     },
     /// Step a simulator from a chosen start with given actions or the expert; print each step.
     Sim(sim::SimArgs),
-    /// Time environment steps on one thread (tools/bench_pusht.sh compares with gym-pusht).
+    /// Time a simulator's steps on one thread, a policy, the VLA network or the server
+    /// (tools/bench_pusht.sh, bench_policy.sh and bench_vla.sh compare with peers).
     Bench(bench::BenchArgs),
     /// Behaviour cloning of the configured policy on a LeRobot dataset folder.
     Pretrain(commands::pretrain::PretrainArgs),
