@@ -60,7 +60,17 @@ impl<B: Backend> Policy<B> {
             .image
             .as_ref()
             .ok_or_else(|| PolicyError::Missing("the observation has no image".into()))?;
-        if obs.state.len() != obs.batch * per_state || image.len() != obs.batch * to * per_frame {
+        if obs.state.len() != obs.batch * per_state {
+            return Err(shape(
+                &format!(
+                    "observation.state ({} x {to} x {})",
+                    obs.batch, self.spec.state_dim
+                ),
+                obs.batch * per_state,
+                obs.state.len(),
+            ));
+        }
+        if image.len() != obs.batch * to * per_frame {
             return Err(shape(
                 &format!("observation.image ({} x {to} x {h} x {w} x {c})", obs.batch),
                 obs.batch * to * per_frame,

@@ -110,6 +110,10 @@ fn saliency_of_a_policy_without_images_or_of_a_bad_request_is_refused() {
     short.image.as_mut().unwrap().pop();
     let e = p.occlusion_saliency(&short, 0, 4, 0, &device).unwrap_err();
     assert!(e.to_string().contains("observation.image"), "{e}");
+    let mut short = o.clone();
+    short.state.pop();
+    let e = p.occlusion_saliency(&short, 1, 4, 0, &device).unwrap_err();
+    assert!(e.to_string().contains("observation.state"), "{e}");
     // Row 1 of a two-row batch: a map of 2 x 2 squares.
     assert_eq!(
         p.occlusion_saliency(&o, 1, 4, 0, &device)
