@@ -16,7 +16,7 @@
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, activation};
+use burn::tensor::{Int, Tensor, TensorData, activation};
 
 use crate::config::ImageEncoderConfig;
 
@@ -65,6 +65,11 @@ impl<B: Backend> PatchEncoder<B> {
 
     /// [N, C, H, W] -> [N, T, C*P*P], patches in row-major order, each patch's values in
     /// (channel, row, column) order.
+    ///
+    /// Each image is seen as its runs of P consecutive pixels of one row ([N, C*H'*W'/P, P])
+    /// and the runs are gathered in patch order with one `select`. Burn's CPU backend copies
+    /// each run whole there, while the equivalent six-dimensional permute walks the pixels
+    /// one by one (several times slower).
     fn patchify(&self, images: Tensor<B, 4>) -> Tensor<B, 3> {
         let [n, c, h, w] = images.dims();
         let p = self.patch;
@@ -74,8 +79,22 @@ impl<B: Backend> PatchEncoder<B> {
         } else {
             images
         };
-        x.reshape([n, c, hp, p, wp, p])
-            .permute([0, 2, 4, 1, 3, 5])
+        let runs = c * hp * p * wp;
+        // Run (channel ch, pixel row yy, patch column px) sits at (ch * H' + yy) * W'/P + px.
+        let mut order = Vec::with_capacity(runs);
+        for py in 0..hp {
+            for px in 0..wp {
+                for ch in 0..c {
+                    for y in 0..p {
+                        order.push(((ch * hp * p + py * p + y) * wp + px) as i64);
+                    }
+                }
+            }
+        }
+        let device = x.device();
+        let order = Tensor::<B, 1, Int>::from_data(TensorData::new(order, [runs]), &device);
+        x.reshape([n, runs, p])
+            .select(1, order)
             .reshape([n, hp * wp, c * p * p])
     }
 
@@ -93,7 +112,12 @@ impl<B: Backend> PatchEncoder<B> {
             [c, h, w]
         );
         let tokens = self.patchify(images.mul_scalar(2.0).sub_scalar(1.0));
-        let h = activation::gelu(self.embed.forward(tokens) + self.pos.val().unsqueeze::<3>());
+        let e = self.embed.forward(tokens);
+        let [_, t, hid] = e.dims();
+        // Added as [N, T*hidden] + [1, T*hidden]: Burn's CPU backend has a fast path for a row
+        // shared by every row, not for a [1, T, hidden] broadcast (same values either way).
+        let e = e.reshape([n, t * hid]) + self.pos.val().reshape([1, t * hid]);
+        let h = activation::gelu(e.reshape([n, t, hid]));
         let f = activation::gelu(self.mix.forward(h));
         let [_, t, d] = f.dims();
         self.head.forward(f.reshape([n, t * d]))
@@ -142,6 +166,39 @@ mod tests {
         assert_eq!(t[32 + 16 + 2 * 4 + 3], 163.0);
         // Patch 0, channel 0, row 0, column 0.
         assert_eq!(t[0], 0.0);
+    }
+
+    #[test]
+    fn patchify_matches_a_pixel_by_pixel_cut_with_padding_and_several_columns() {
+        let device = Default::default();
+        let (n, c, h, w, p) = (2, 3, 10, 7, 4);
+        let enc = PatchEncoder::<Cpu>::new(c, h, w, &cfg(), &device);
+        let v: Vec<f32> = (0..n * c * h * w).map(|i| i as f32 + 1.0).collect();
+        let img = Tensor::<Cpu, 4>::from_data(TensorData::new(v.clone(), [n, c, h, w]), &device);
+        let t = enc.patchify(img);
+        let (hp, wp) = (h.div_ceil(p), w.div_ceil(p));
+        assert_eq!(t.dims(), [n, hp * wp, c * p * p]);
+        let got = t.into_data().to_vec::<f32>().unwrap();
+        let mut want = Vec::new();
+        for b in 0..n {
+            for py in 0..hp {
+                for px in 0..wp {
+                    for ch in 0..c {
+                        for y in 0..p {
+                            for x in 0..p {
+                                let (yy, xx) = (py * p + y, px * p + x);
+                                want.push(if yy < h && xx < w {
+                                    v[((b * c + ch) * h + yy) * w + xx]
+                                } else {
+                                    0.0
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -127,8 +127,14 @@ impl<B: Backend> TextEncoder<B> {
             .position_embedding
             .val()
             .narrow(0, 0, l)
-            .reshape([1, l, d]);
-        let h = self.token_embedding.forward(text.ids.clone()) + pos;
+            .reshape([1, l * d]);
+        // [U, L*d] + [1, L*d]: the shape Burn's CPU backend adds fastest (same values).
+        let h = (self
+            .token_embedding
+            .forward(text.ids.clone())
+            .reshape([u, l * d])
+            + pos)
+            .reshape([u, l, d]);
         let h = self
             .transformer
             .forward(TransformerEncoderInput::new(h).mask_pad(text.pad.clone()));
