@@ -652,10 +652,11 @@ fn vla<B: burn::tensor::backend::AutodiffBackend>(
     let mut optim = AdamWConfig::new()
         .with_weight_decay(pretrain.weight_decay as f32)
         .init();
-    // The whole batch on one thread (what PyTorch's step does), then as `diffrl pretrain` cuts
-    // it ([pretrain] threads shards on as many threads).
+    // The whole batch at once (what PyTorch's step does), then, in a run with as many threads,
+    // as `diffrl pretrain` cuts it ([pretrain] threads shards, each on its own OS thread
+    // whatever RAYON_NUM_THREADS says, so its line's `threads` is the shard count).
     let mut shard_counts = vec![1];
-    if pretrain.threads > 1 {
+    if pretrain.threads > 1 && threads >= pretrain.threads {
         shard_counts.push(pretrain.threads);
     }
     for shards in shard_counts {
@@ -670,11 +671,15 @@ fn vla<B: burn::tensor::backend::AutodiffBackend>(
             &mut rng,
             device,
         )?;
-        let what = match shards {
-            1 => format!("train_b{b}"),
-            s => format!("train_b{b}_shards{s}"),
+        let (what, threads) = match shards {
+            1 => (format!("train_b{b}"), threads),
+            s => (format!("train_b{b}_shards{s}"), s),
         };
-        lines.emit(&what, ms, serde_json::json!({"shards": shards}))?;
+        lines.emit(
+            &what,
+            ms,
+            serde_json::json!({"shards": shards, "threads": threads}),
+        )?;
     }
     Ok(())
 }
