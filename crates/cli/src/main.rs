@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: tensor ops allocate and free megabyte buffers at every
 /// step, which glibc hands back to the kernel and faults in again; a BC step of the CPU VLA
-/// config runs about 1.25x faster (docs/vla.md, "Speed against PyTorch").
+/// config runs about 1.2x faster (docs/vla.md, "Speed against PyTorch").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
