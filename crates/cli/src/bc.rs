@@ -10,9 +10,9 @@ use diffrl_core::lerobot::read_dataset;
 use diffrl_core::record::{Recorder, Topic};
 use diffrl_learn::LearnError;
 use diffrl_learn::bc::{self, BcHooks, BcLog};
-use diffrl_learn::data::{ChunkDataset, fit_normalizers, task_vocabulary};
+use diffrl_learn::data::{ChunkDataset, episode_tasks, fit_normalizers};
 use diffrl_learn::eval::EvalReport;
-use diffrl_policy::{Policy, PolicySpec, checkpoint};
+use diffrl_policy::{Policy, PolicySpec, Vocabulary, checkpoint};
 use indicatif::ProgressBar;
 
 use crate::config::RunConfig;
@@ -134,10 +134,16 @@ pub fn pretrain<B: AutodiffBackend>(
     }
     check_spec(&spec, &env, &format!("the dataset {}", dataset.display()))?;
     let policy = match init {
-        // The vocabulary is that of the training episodes' instructions.
+        // The vocabulary: the words of the training episodes' instructions and of every
+        // instruction the task can say (a short run's demos miss some paraphrases).
         None if spec.text => {
-            let vocab = task_vocabulary(&episodes)
-                .with_context(|| format!("reading the tasks of {}", dataset.display()))?;
+            let mut texts = episode_tasks(&episodes)
+                .with_context(|| format!("reading the tasks of {}", dataset.display()))?
+                .into_iter()
+                .map(str::to_owned)
+                .collect::<Vec<_>>();
+            texts.extend(cfg.env.texts());
+            let vocab = Vocabulary::from_texts(texts.iter().map(String::as_str));
             Policy::<B>::with_text(cfg.policy.clone(), spec, norm, vocab, cfg.run.seed, device)?
         }
         None => Policy::<B>::new(cfg.policy.clone(), spec, norm, cfg.run.seed, device)?,

@@ -98,3 +98,84 @@ fn an_unknown_instruction_is_refused_with_the_valid_ones() {
         assert!(err.contains(want), "{want} not in: {err}");
     }
 }
+
+/// A policy trained on one demonstration still reads every instruction of the suite: its
+/// vocabulary holds the words of all paraphrases, so evaluating it on another family (whose
+/// words the demo never said) runs instead of failing on an unknown word, as `diffrl run
+/// configs/vla.toml --quick` did.
+#[test]
+fn a_policy_from_few_demos_reads_every_instruction_of_the_suite() {
+    let d = tempfile::tempdir().unwrap();
+    let path = |n: &str| d.path().join(n).display().to_string();
+    let config = |instruction: &str| {
+        format!(
+            "task = \"lang-cubes\"\n[run]\nname = \"t\"\nruns_dir = \"{}\"\nthreads = 1\n\
+             [env]\nmax_episode_steps = 8\ninstruction = \"{instruction}\"\n\
+             [policy]\npred_horizon = 4\naction_horizon = 2\n\
+             [policy.denoiser]\nhidden = 16\nblocks = 1\n\
+             [policy.diffusion]\ntrain_steps = 8\ndenoising_steps = 2\n\
+             [pretrain]\nsteps = 2\nbatch_size = 8\nwarmup_steps = 1\neval_every = 0\n\
+             [eval]\nepisodes = 2\nenvs = 2\n",
+            path("runs")
+        )
+    };
+    std::fs::write(path("train.toml"), config("pick red")).unwrap();
+    std::fs::write(path("other.toml"), config("put green right of blue")).unwrap();
+    let common = ["--config", &path("train.toml")];
+    diffrl(
+        &[
+            &[
+                "demos",
+                "lang-cubes",
+                "--episodes",
+                "1",
+                "--out",
+                &path("demos"),
+            ],
+            &common[..],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    diffrl(
+        &[
+            &[
+                "pretrain",
+                "--dataset",
+                &path("demos"),
+                "--out",
+                &path("bc"),
+            ],
+            &["--eval-episodes", "0"][..],
+            &common[..],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let vocab: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.path().join("bc/policy/vocab.json")).unwrap(),
+    )
+    .unwrap();
+    let tokens: Vec<&str> = vocab["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    for text in LangCubesTask.texts(&LangCubesConfig::default()) {
+        for w in text.split_whitespace() {
+            assert!(tokens.contains(&w), "{w:?} of {text:?} not in {tokens:?}");
+        }
+    }
+    let report = diffrl(&[
+        "eval",
+        "--policy",
+        &path("bc/policy"),
+        "--config",
+        &path("other.toml"),
+        "--episodes",
+        "2",
+    ])
+    .unwrap();
+    assert!(report.contains("/2; Wilson"), "{report}");
+}

@@ -68,6 +68,8 @@ pub trait DynTask: Send + Sync + 'static {
     fn stages(&self, env: &EnvSection) -> Option<Box<dyn StagePredicates>>;
     /// [`Task::unobserved`].
     fn unobserved(&self, env: &EnvSection, fields: &[String]) -> Option<String>;
+    /// [`Task::texts`].
+    fn texts(&self, env: &EnvSection) -> Vec<String>;
     /// [`Task::expert`] of `expert` (a section of this task).
     fn build_expert(&self, expert: &ExpertSection, seed: u64) -> Option<DynExpert>;
     /// [`Task::expert_name`].
@@ -175,6 +177,9 @@ impl<T: Task> DynTask for T {
     }
     fn unobserved(&self, env: &EnvSection, fields: &[String]) -> Option<String> {
         Task::unobserved(self, typed(&env.config, Task::name(self)), fields)
+    }
+    fn texts(&self, env: &EnvSection) -> Vec<String> {
+        Task::texts(self, typed(&env.config, Task::name(self)))
     }
     fn build_expert(&self, expert: &ExpertSection, seed: u64) -> Option<DynExpert> {
         Task::expert(self, typed(&expert.config, Task::name(self)), seed).map(DynExpert::new)
@@ -294,6 +299,11 @@ impl EnvSection {
     /// Side of the images the task draws ([`Task::image_size`]).
     pub fn image_size(&self) -> Option<u32> {
         self.task.image_size(self)
+    }
+
+    /// Every instruction text its observations can carry ([`Task::texts`]).
+    pub fn texts(&self) -> Vec<String> {
+        self.task.texts(self)
     }
 
     /// The stage predicates of this environment ([`Task::stages`]).

@@ -150,6 +150,15 @@ pub trait Task: Send + Sync + 'static {
         let _ = config;
         None
     }
+    /// Every instruction an observation of an environment of `config` can carry as its text
+    /// (all paraphrases): a language-conditioned policy's vocabulary holds their words beside
+    /// those of its training episodes, so evaluation and serving understand every instruction
+    /// the task says, also when the demonstrations did not show each paraphrase. Empty: the
+    /// task observes no text.
+    fn texts(&self, config: &Self::Config) -> Vec<String> {
+        let _ = config;
+        Vec::new()
+    }
     /// An RGB image (`size` x `size`, row-major) of a recorded state or observation, for image
     /// reward models trained on state datasets. An error says why it cannot be drawn.
     fn render_state(&self, state: &[f32], size: u32) -> Result<Vec<u8>, String> {

@@ -1120,6 +1120,15 @@ impl Task for LangCubesTask {
         "Scripted".into()
     }
 
+    /// Every paraphrase of every instruction, held-out combinations included (their words are
+    /// those of the training instructions).
+    fn texts(&self, _config: &LangCubesConfig) -> Vec<String> {
+        INSTRUCTIONS
+            .iter()
+            .flat_map(|i| (0..PARAPHRASES).map(move |k| i.text(k)))
+            .collect()
+    }
+
     fn stages(&self, config: &LangCubesConfig) -> Option<Box<dyn StagePredicates>> {
         Some(Box::new(LangStages {
             joint_velocities: config.joint_velocities,
