@@ -179,3 +179,62 @@ fn a_policy_from_few_demos_reads_every_instruction_of_the_suite() {
     .unwrap();
     assert!(report.contains("/2; Wilson"), "{report}");
 }
+
+/// `[reward.progress] text = true`: the progress model reads the instruction, and knows the
+/// words of every instruction of the suite, not only those of its few demonstrations.
+#[test]
+fn a_progress_model_that_reads_the_instruction_knows_the_whole_suite() {
+    let d = tempfile::tempdir().unwrap();
+    let path = |n: &str| d.path().join(n).display().to_string();
+    std::fs::write(
+        path("c.toml"),
+        "task = \"lang-cubes\"\n[env]\nmax_episode_steps = 40\n\
+         [reward.progress]\ntext = true\nsteps = 20\nbatch_size = 16\nhidden = [16]\nholdout_every = 0\n",
+    )
+    .unwrap();
+    let common = ["--config", &path("c.toml")];
+    diffrl(
+        &[
+            &[
+                "demos",
+                "lang-cubes",
+                "--episodes",
+                "2",
+                "--out",
+                &path("demos"),
+            ],
+            &common[..],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    diffrl(
+        &[
+            &[
+                "reward",
+                "train",
+                "--dataset",
+                &path("demos"),
+                "--out",
+                &path("rm"),
+            ],
+            &common[..],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("rm/reward.json")).unwrap())
+            .unwrap();
+    let tokens: Vec<&str> = meta["text"]["vocab"]["tokens"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no text.vocab.tokens in {meta}"))
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    for text in LangCubesTask.texts(&LangCubesConfig::default()) {
+        for w in text.split_whitespace() {
+            assert!(tokens.contains(&w), "{w:?} of {text:?} not in {tokens:?}");
+        }
+    }
+}

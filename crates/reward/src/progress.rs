@@ -15,9 +15,11 @@ use diffrl_core::normalize::{Normalizer, RunningStats};
 use diffrl_core::seeding::rng;
 use diffrl_core::space::{ImageObs, Observation};
 use diffrl_core::stages::StagePredicates;
+use diffrl_policy::Vocabulary;
 use diffrl_policy::config::ImageEncoderConfig;
 use diffrl_policy::nn::Mlp;
 use diffrl_policy::seeded_init;
+use diffrl_policy::tokenizer::words;
 use diffrl_policy::vision::ImageEncoder;
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
@@ -77,6 +79,17 @@ pub struct ProgressConfig {
     /// The CNN of `input = "image"` (ResNet stages with GroupNorm and a spatial-softmax head,
     /// the policy's image encoder).
     pub image_encoder: ImageEncoderConfig,
+    /// Also read the observation's instruction (language-conditioned tasks, where the state or
+    /// image alone does not say which object the progress is about): its words, one-hot per
+    /// position, appended to the MLP's input. The vocabulary is that of the training
+    /// episodes' tasks and of every instruction the task can say; a word outside it is an
+    /// error when scoring.
+    #[serde(skip_serializing_if = "is_false")]
+    pub text: bool,
+}
+
+fn is_false(v: &bool) -> bool {
+    !v
 }
 
 /// What a progress model reads.
@@ -114,6 +127,7 @@ impl Default for ProgressConfig {
                 out_dim: 32,
                 ..ImageEncoderConfig::default()
             },
+            text: false,
         }
     }
 }
@@ -183,6 +197,7 @@ impl<B: Backend> ProgressNet<B> {
     fn new(
         state_dim: usize,
         image: Option<[usize; 3]>,
+        text_dim: usize,
         cfg: &ProgressConfig,
         device: &B::Device,
     ) -> Self {
@@ -190,12 +205,12 @@ impl<B: Backend> ProgressNet<B> {
         let per_step = image.as_ref().map_or(state_dim, ImageEncoder::out_dim);
         Self {
             image,
-            mlp: crate::scalar_mlp(per_step * cfg.context, &cfg.hidden, device),
+            mlp: crate::scalar_mlp(per_step * cfg.context + text_dim, &cfg.hidden, device),
             context: cfg.context,
         }
     }
 
-    /// [B, context x D] normalised states -> [B] progress in (0, 1).
+    /// [B, context x D (+ text features)] normalised states -> [B] progress in (0, 1).
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 1> {
         let b = x.dims()[0];
         burn::tensor::activation::sigmoid(self.mlp.forward(x)).reshape([b])
@@ -210,8 +225,14 @@ impl<B: Backend> ProgressNet<B> {
     }
 
     /// Image models: per prediction, the rows of `feats` ([`Self::encode`]) of its context's
-    /// frames (`gather`, B x context indices, oldest first) -> [B] progress.
-    pub fn forward_features(&self, feats: Tensor<B, 2>, gather: &[usize]) -> Tensor<B, 1> {
+    /// frames (`gather`, B x context indices, oldest first), then its text features [B, T]
+    /// when the model reads the instruction -> [B] progress.
+    pub fn forward_features(
+        &self,
+        feats: Tensor<B, 2>,
+        gather: &[usize],
+        text: Option<Tensor<B, 2>>,
+    ) -> Tensor<B, 1> {
         let d = feats.dims()[1];
         let idx = Tensor::<B, 1, Int>::from_data(
             TensorData::new(
@@ -221,7 +242,11 @@ impl<B: Backend> ProgressNet<B> {
             &feats.device(),
         );
         let b = gather.len() / self.context;
-        self.forward(feats.select(0, idx).reshape([b, self.context * d]))
+        let x = feats.select(0, idx).reshape([b, self.context * d]);
+        self.forward(match text {
+            Some(t) => Tensor::cat(vec![x, t], 1),
+            None => x,
+        })
     }
 }
 
@@ -283,6 +308,65 @@ fn context_index(n: usize, context: usize, stride: usize) -> Vec<usize> {
         .collect()
 }
 
+/// How a progress model that reads the instruction encodes it: each of the first `words`
+/// positions a one-hot vector over the vocabulary (all zeros past the instruction's end).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextCode {
+    /// The words it knows (`<pad>`, `<unk>`, then the words of its texts).
+    pub vocab: Vocabulary,
+    /// Positions encoded: the most words of an instruction it was built from.
+    pub words: usize,
+}
+
+impl TextCode {
+    /// The code of `texts`: their words, and room for the longest.
+    pub fn from_texts<'a>(texts: impl IntoIterator<Item = &'a str> + Clone) -> Self {
+        Self {
+            vocab: Vocabulary::from_texts(texts.clone()),
+            words: texts.into_iter().map(|t| words(t).len()).max().unwrap_or(0),
+        }
+    }
+
+    /// Width of the features of one instruction.
+    pub fn dim(&self) -> usize {
+        self.words * self.vocab.len()
+    }
+
+    /// The features of `text`; `what` names it in errors (no instruction, an unknown word, too
+    /// many words).
+    pub fn encode(&self, text: Option<&str>, what: &str) -> Result<Vec<f32>, RewardError> {
+        let text = text.ok_or_else(|| {
+            RewardError::Data(format!(
+                "{what} carries no instruction, but this progress model reads one \
+                 (progress.text = true)"
+            ))
+        })?;
+        let ws = words(text);
+        if ws.len() > self.words {
+            return Err(RewardError::Data(format!(
+                "{what}: the instruction {text:?} has {} words; this progress model reads at \
+                 most {}",
+                ws.len(),
+                self.words
+            )));
+        }
+        let v = self.vocab.len();
+        let mut out = vec![0.0; self.dim()];
+        for (i, w) in ws.iter().enumerate() {
+            let id = self.vocab.id(w).ok_or_else(|| {
+                RewardError::Data(format!(
+                    "{what}: unknown word {w:?} in the instruction {text:?}; this progress \
+                     model knows the {} words of its training tasks",
+                    v - 2
+                ))
+            })?;
+            out[i * v + id as usize] = 1.0;
+        }
+        Ok(out)
+    }
+}
+
 /// Everything a reward-model folder holds besides the weights.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -301,6 +385,9 @@ pub struct ProgressMeta {
     /// [channels, height, width] of the images an image model reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_shape: Option<[usize; 3]>,
+    /// The instruction encoding of a model that reads it (`text = true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<TextCode>,
     /// Training facts and held-out metrics.
     #[serde(default)]
     pub info: serde_json::Value,
@@ -320,6 +407,23 @@ impl<B: Backend> ProgressModel<B> {
     /// earlier states of the sequence); non-finite outputs are errors naming the index, values
     /// outside [0, 1] are clamped and counted.
     pub fn predict(&self, states: &[&[f32]]) -> Result<Vec<f64>, RewardError> {
+        if self.meta.text.is_some() {
+            return Err(RewardError::Data(
+                "this progress model also reads the instruction: score observations \
+                 (episode_progress or predict_obs)"
+                    .into(),
+            ));
+        }
+        self.predict_states(states, &[])
+    }
+
+    /// [`Self::predict`] with each state's text features appended (`text`: one row per state,
+    /// or empty for a model that reads no instruction).
+    fn predict_states(
+        &self,
+        states: &[&[f32]],
+        text: &[Vec<f32>],
+    ) -> Result<Vec<f64>, RewardError> {
         if self.meta.image_shape.is_some() {
             return Err(RewardError::Data(
                 "this progress model reads images, not state vectors: score observations \
@@ -342,10 +446,18 @@ impl<B: Backend> ProgressModel<B> {
             normed.push(row);
         }
         let c = &self.meta.config;
-        let flat = context_rows(&normed, c.context, c.context_stride);
-        let width = d * c.context;
+        let mut flat = context_rows(&normed, c.context, c.context_stride);
+        let mut width = d * c.context;
         if states.is_empty() {
             return Ok(Vec::new());
+        }
+        if let Some(first) = text.first() {
+            flat = flat
+                .chunks(width)
+                .zip(text)
+                .flat_map(|(x, t)| x.iter().chain(t).copied())
+                .collect();
+            width += first.len();
         }
         let x =
             Tensor::<B, 2>::from_data(TensorData::new(flat, [states.len(), width]), &self.device);
@@ -357,11 +469,35 @@ impl<B: Backend> ProgressModel<B> {
     }
 
     /// Phi along one episode's observations, in order: their state vectors or, for an image
-    /// model, their images (checked against the size it was trained on).
+    /// model, their images (checked against the size it was trained on), and their
+    /// instructions for a model that reads them.
     pub fn predict_obs(&self, obs: &[&Observation]) -> Result<Vec<f64>, RewardError> {
+        self.predict_obs_with_task(obs, None)
+    }
+
+    /// [`Self::predict_obs`]; an observation without text reads `task` (a recorded episode's
+    /// instruction) instead.
+    pub fn predict_obs_with_task(
+        &self,
+        obs: &[&Observation],
+        task: Option<&str>,
+    ) -> Result<Vec<f64>, RewardError> {
+        let text = match &self.meta.text {
+            Some(code) => obs
+                .iter()
+                .enumerate()
+                .map(|(i, o)| {
+                    code.encode(
+                        o.text.as_deref().or(task),
+                        &format!("observation {i} of the sequence"),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
         let Some(shape) = self.meta.image_shape else {
             let states: Vec<&[f32]> = obs.iter().map(|o| o.state.as_slice()).collect();
-            return self.predict(&states);
+            return self.predict_states(&states, &text);
         };
         let frames = obs
             .iter()
@@ -380,7 +516,14 @@ impl<B: Backend> ProgressModel<B> {
                 .chunks(64)
                 .map(|ch| net.encode(frames_tensor::<B>(ch, shape, &self.device)))
                 .collect();
-            net.forward_features(Tensor::cat(feats, 0), &gather)
+            let text = text.first().map(|t| {
+                let w = t.len();
+                Tensor::<B, 2>::from_data(
+                    TensorData::new(text.concat(), [text.len(), w]),
+                    &self.device,
+                )
+            });
+            net.forward_features(Tensor::cat(feats, 0), &gather, text)
         };
         self.finish(out)
     }
@@ -425,7 +568,7 @@ impl<B: Backend> ProgressModel<B> {
         if let Some(f) = &ep.final_observation {
             obs.push(f);
         }
-        self.predict_obs(&obs)
+        self.predict_obs_with_task(&obs, ep.task.as_deref())
     }
 }
 
@@ -503,6 +646,26 @@ pub struct Prepared {
     pub labels: Vec<Option<Vec<f32>>>,
     /// [3, H, W] of the images an image model reads (None for state models).
     pub image_shape: Option<[usize; 3]>,
+    /// The instruction encoding (`text = true`): the training episodes' tasks, widened by
+    /// [`Self::add_texts`].
+    pub text: Option<TextCode>,
+}
+
+impl Prepared {
+    /// Widens the instruction encoding to `texts` too (every instruction the task can say),
+    /// so that scoring a paraphrase the training episodes never showed is not an error.
+    pub fn add_texts(&mut self, texts: &[String]) {
+        if self.text.is_none() || texts.is_empty() {
+            return;
+        }
+        let mut all: Vec<&str> = self
+            .episodes
+            .iter()
+            .filter_map(|e| e.task.as_deref())
+            .collect();
+        all.extend(texts.iter().map(String::as_str));
+        self.text = Some(TextCode::from_texts(all));
+    }
 }
 
 /// Splits off the held-out episodes, checks the states and labels the rest.
@@ -591,6 +754,22 @@ pub fn prepare(
         cfg.stage_budgets.clone()
     };
     let labels = episode_labels(&train_eps, cfg.labels, stages, &budgets, &scale)?;
+    let text = if cfg.text {
+        let tasks = train_eps
+            .iter()
+            .enumerate()
+            .map(|(k, e)| {
+                e.task.as_deref().ok_or_else(|| {
+                    RewardError::Data(format!(
+                        "progress.text = true, but training episode {k} has no task instruction"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Some(TextCode::from_texts(tasks))
+    } else {
+        None
+    };
     Ok(Prepared {
         state_dim,
         norm,
@@ -600,6 +779,7 @@ pub fn prepare(
         episodes: train_eps,
         labels,
         image_shape,
+        text,
     })
 }
 
@@ -630,6 +810,8 @@ pub fn train_prepared<B: AutodiffBackend>(
     let mut frames: Vec<&ImageObs> = Vec::new();
     let mut ctx: Vec<Vec<usize>> = Vec::new();
     let mut ys: Vec<f32> = Vec::new();
+    // Text models: each row's instruction features.
+    let mut texts: Vec<Vec<f32>> = Vec::new();
     let mut used = 0;
     // Index ranges of the labelled episodes' steps (ranking pairs stay inside one).
     let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
@@ -638,6 +820,14 @@ pub fn train_prepared<B: AutodiffBackend>(
         used += 1;
         let n = ep.observations.len().min(l.len());
         spans.push(ys.len()..ys.len() + n);
+        if let Some(code) = &prep.text {
+            for (t, o) in ep.observations[..n].iter().enumerate() {
+                texts.push(code.encode(
+                    o.text.as_deref().or(ep.task.as_deref()),
+                    &format!("training observation {t}"),
+                )?);
+            }
+        }
         if let Some(shape) = prep.image_shape {
             let base = frames.len();
             for (t, o) in ep.observations[..n].iter().enumerate() {
@@ -675,17 +865,31 @@ pub fn train_prepared<B: AutodiffBackend>(
             cfg.labels
         )));
     }
+    let text_dim = prep.text.as_ref().map_or(0, TextCode::dim);
     let width = state_dim * cfg.context;
     let mut net: ProgressNet<B> = seeded_init::<B, _>(device, cfg.seed, || {
-        ProgressNet::new(state_dim, prep.image_shape, cfg, device)
+        ProgressNet::new(state_dim, prep.image_shape, text_dim, cfg, device)
     });
+    let text_rows = |rows: &[usize]| -> Vec<f32> {
+        rows.iter()
+            .flat_map(|&i| texts.get(i).into_iter().flatten().copied())
+            .collect()
+    };
     // Phi of the given training rows.
     let forward = |net: &ProgressNet<B>, rows: &[usize]| -> Tensor<B, 1> {
         match prep.image_shape {
             None => {
-                let x: Vec<f32> = rows.iter().flat_map(|&i| xs[i].iter().copied()).collect();
+                let x: Vec<f32> = rows
+                    .iter()
+                    .flat_map(|&i| {
+                        xs[i]
+                            .iter()
+                            .chain(texts.get(i).into_iter().flatten())
+                            .copied()
+                    })
+                    .collect();
                 net.forward(Tensor::from_data(
-                    TensorData::new(x, [rows.len(), width]),
+                    TensorData::new(x, [rows.len(), width + text_dim]),
                     device,
                 ))
             }
@@ -704,7 +908,13 @@ pub fn train_prepared<B: AutodiffBackend>(
                     }
                 }
                 let feats = net.encode(frames_tensor::<B>(&batch, shape, device));
-                net.forward_features(feats, &gather)
+                let text = (text_dim > 0).then(|| {
+                    Tensor::from_data(
+                        TensorData::new(text_rows(rows), [rows.len(), text_dim]),
+                        device,
+                    )
+                });
+                net.forward_features(feats, &gather, text)
             }
         }
     };
@@ -757,6 +967,7 @@ pub fn train_prepared<B: AutodiffBackend>(
         config: cfg.clone(),
         stages: prep.names.clone(),
         image_shape: prep.image_shape,
+        text: prep.text.clone(),
         info,
     };
     Ok(ProgressModel {
@@ -824,7 +1035,20 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<ProgressModel<
             path: dir.join(META_FILE),
             message: e.to_string(),
         })?;
-    let mut net = ProgressNet::<B>::new(meta.state_dim, meta.image_shape, &meta.config, device);
+    if meta.config.text != meta.text.is_some() {
+        return Err(RewardError::Checkpoint {
+            path: dir.join(META_FILE),
+            message: "config.text and the instruction encoding (text) disagree".into(),
+        });
+    }
+    let text_dim = meta.text.as_ref().map_or(0, TextCode::dim);
+    let mut net = ProgressNet::<B>::new(
+        meta.state_dim,
+        meta.image_shape,
+        text_dim,
+        &meta.config,
+        device,
+    );
     crate::folder::load_weights(dir, &mut net)?;
     Ok(ProgressModel {
         net: Mutex::new(net),
@@ -858,7 +1082,8 @@ pub fn evaluate_fused<B: Backend>(
         if let Some(f) = &ep.final_observation {
             states.push(&f.state);
         }
-        let phi0 = model.predict(&states[..1.min(states.len())])?;
+        let first: Vec<&Observation> = ep.observations.iter().take(1).collect();
+        let phi0 = model.predict_obs_with_task(&first, ep.task.as_deref())?;
         Ok(hop
             .fuse(&states, phi0.first().copied().unwrap_or(0.0))?
             .fused)

@@ -361,3 +361,113 @@ fn tempfile_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d.join(name)
 }
+
+/// Episodes where the instruction decides what progress a state means: "go right" moves x
+/// from 0 to 1, "move to the left" from 1 to 0 (time labels), so x alone is ambiguous.
+fn told_episodes(n: usize, seed: u64) -> Vec<Episode> {
+    let mut r = rng(seed);
+    (0..n)
+        .map(|i| {
+            let right = i % 2 == 0;
+            let len = r.random_range(20..30);
+            let mut ep = Episode {
+                task: Some(
+                    if right {
+                        "go right"
+                    } else {
+                        "move to the left"
+                    }
+                    .into(),
+                ),
+                ..Episode::default()
+            };
+            for t in 0..len {
+                let f = t as f32 / (len - 1) as f32;
+                let x = if right { f } else { 1.0 - f };
+                let y: f32 = r.random_range(-1.0..1.0);
+                ep.push(
+                    Observation::state(vec![x, y]),
+                    vec![0.0],
+                    0.0,
+                    f,
+                    t + 1 == len,
+                );
+            }
+            ep
+        })
+        .collect()
+}
+
+#[test]
+fn a_model_that_reads_the_instruction_tells_apart_what_the_state_cannot() {
+    let eps = told_episodes(40, 5);
+    let held = told_episodes(20, 6);
+    let voc_of = |model: &progress::ProgressModel<CpuBackend>, right: bool| {
+        let sel: Vec<&Episode> = held
+            .iter()
+            .filter(|e| (e.task.as_deref() == Some("go right")) == right)
+            .collect();
+        progress::evaluate(model, &sel).unwrap().voc
+    };
+    let train = |text: bool| {
+        let c = ProgressConfig {
+            text,
+            holdout_every: 0,
+            rank_weight: 0.0,
+            ..cfg(LabelKind::Time)
+        };
+        progress::train::<CpuAutodiff>(&eps, None, &c, &Default::default(), &mut |_, _| {}).unwrap()
+    };
+    let told = train(true);
+    let blind = train(false);
+    for right in [true, false] {
+        assert!(
+            voc_of(&told, right) > 0.9,
+            "told, right = {right}: {}",
+            voc_of(&told, right)
+        );
+    }
+    // Without the instruction one direction must be read backwards.
+    assert!(
+        voc_of(&blind, true).min(voc_of(&blind, false)) < 0.5,
+        "blind: {} {}",
+        voc_of(&blind, true),
+        voc_of(&blind, false)
+    );
+
+    // The folder round trip keeps the encoding; a text on the observation wins over the task.
+    let d = tempfile::tempdir().unwrap();
+    progress::save(&told, d.path()).unwrap();
+    let back = progress::load::<CpuBackend>(d.path(), &Default::default()).unwrap();
+    let ep = &held[0];
+    assert_eq!(
+        told.episode_progress(ep).unwrap(),
+        back.episode_progress(ep).unwrap()
+    );
+    let mut o = ep.observations[0].clone();
+    o.text = Some("go right".into());
+    assert_eq!(
+        back.predict_obs(&[&o]).unwrap(),
+        back.predict_obs_with_task(&[&ep.observations[0]], Some("go right"))
+            .unwrap()
+    );
+
+    // No instruction, an unknown word, too many words: errors that say so.
+    let e = back
+        .predict_obs(&[&ep.observations[0]])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("observation 0") && e.contains("no instruction"),
+        "{e}"
+    );
+    o.text = Some("go up".into());
+    let e = back.predict_obs(&[&o]).unwrap_err().to_string();
+    assert!(e.contains("unknown word \"up\""), "{e}");
+    o.text = Some("go right and then move to the left".into());
+    let e = back.predict_obs(&[&o]).unwrap_err().to_string();
+    assert!(e.contains("at most 4"), "{e}");
+    // State vectors alone are refused: the model needs the instruction.
+    let e = back.predict(&[&[0.5, 0.0]]).unwrap_err().to_string();
+    assert!(e.contains("instruction"), "{e}");
+}

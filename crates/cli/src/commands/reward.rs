@@ -320,7 +320,9 @@ pub fn train_progress(
         "  reward [{bar:30}] {pos}/{len} loss {msg} {elapsed_precise} (eta {eta})",
     );
     let device = Default::default();
-    let prep = progress::prepare(&episodes, stages.as_deref(), pc)?;
+    let mut prep = progress::prepare(&episodes, stages.as_deref(), pc)?;
+    // A model that reads the instruction knows the words of every instruction the task says.
+    prep.add_texts(&cfg.env.texts());
     let mut model = progress::train_prepared::<diffrl_policy::CpuAutodiff>(
         &prep,
         pc,
