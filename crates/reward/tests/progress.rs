@@ -471,3 +471,45 @@ fn a_model_that_reads_the_instruction_tells_apart_what_the_state_cannot() {
     let e = back.predict(&[&[0.5, 0.0]]).unwrap_err().to_string();
     assert!(e.contains("instruction"), "{e}");
 }
+
+/// The same ambiguity seen through the camera: an image model that also reads the instruction
+/// orders both directions (without it one direction fails), and its folder round trip keeps
+/// its predictions.
+#[test]
+fn an_image_model_reads_the_instruction_too() {
+    let eps = with_images(&told_episodes(40, 5));
+    let held = with_images(&told_episodes(10, 6));
+    let c = ProgressConfig {
+        input: ProgressInput::Image,
+        image_encoder: ImageEncoderConfig {
+            channels: vec![8],
+            groups: 4,
+            keypoints: 4,
+            out_dim: 8,
+            ..ImageEncoderConfig::default()
+        },
+        text: true,
+        batch_size: 32,
+        steps: 150,
+        holdout_every: 0,
+        rank_weight: 0.0,
+        ..cfg(LabelKind::Time)
+    };
+    let model = progress::train::<CpuAutodiff>(&eps, None, &c, &Default::default(), &mut |_, _| {})
+        .unwrap();
+    for right in [true, false] {
+        let sel: Vec<&Episode> = held
+            .iter()
+            .filter(|e| (e.task.as_deref() == Some("go right")) == right)
+            .collect();
+        let m = progress::evaluate(&model, &sel).unwrap();
+        assert!(m.voc > 0.9, "right = {right}: {m:?}");
+    }
+    let d = tempfile_dir("image-text");
+    progress::save(&model, &d).unwrap();
+    let back = progress::load::<CpuBackend>(&d, &Default::default()).unwrap();
+    assert_eq!(
+        back.episode_progress(&held[1]).unwrap(),
+        model.episode_progress(&held[1]).unwrap()
+    );
+}
