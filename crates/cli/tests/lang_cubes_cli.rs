@@ -162,11 +162,7 @@ fn a_policy_from_few_demos_reads_every_instruction_of_the_suite() {
         .iter()
         .map(|t| t.as_str().unwrap())
         .collect();
-    for text in LangCubesTask.texts(&LangCubesConfig::default()) {
-        for w in text.split_whitespace() {
-            assert!(tokens.contains(&w), "{w:?} of {text:?} not in {tokens:?}");
-        }
-    }
+    assert_knows_the_suite(&tokens);
     let report = diffrl(&[
         "eval",
         "--policy",
@@ -232,6 +228,11 @@ fn a_progress_model_that_reads_the_instruction_knows_the_whole_suite() {
         .iter()
         .map(|t| t.as_str().unwrap())
         .collect();
+    assert_knows_the_suite(&tokens);
+}
+
+/// Every word of every instruction of the suite is in `tokens`.
+fn assert_knows_the_suite(tokens: &[&str]) {
     for text in LangCubesTask.texts(&LangCubesConfig::default()) {
         for w in text.split_whitespace() {
             assert!(tokens.contains(&w), "{w:?} of {text:?} not in {tokens:?}");
