@@ -122,21 +122,7 @@ fn a_policy_from_few_demos_reads_every_instruction_of_the_suite() {
     std::fs::write(path("train.toml"), config("pick red")).unwrap();
     std::fs::write(path("other.toml"), config("put green right of blue")).unwrap();
     let common = ["--config", &path("train.toml")];
-    diffrl(
-        &[
-            &[
-                "demos",
-                "lang-cubes",
-                "--episodes",
-                "1",
-                "--out",
-                &path("demos"),
-            ],
-            &common[..],
-        ]
-        .concat(),
-    )
-    .unwrap();
+    record_demos(&path("train.toml"), "1", &path("demos"));
     diffrl(
         &[
             &[
@@ -189,21 +175,7 @@ fn a_progress_model_that_reads_the_instruction_knows_the_whole_suite() {
     )
     .unwrap();
     let common = ["--config", &path("c.toml")];
-    diffrl(
-        &[
-            &[
-                "demos",
-                "lang-cubes",
-                "--episodes",
-                "2",
-                "--out",
-                &path("demos"),
-            ],
-            &common[..],
-        ]
-        .concat(),
-    )
-    .unwrap();
+    record_demos(&path("c.toml"), "2", &path("demos"));
     diffrl(
         &[
             &[
@@ -238,4 +210,19 @@ fn assert_knows_the_suite(tokens: &[&str]) {
             assert!(tokens.contains(&w), "{w:?} of {text:?} not in {tokens:?}");
         }
     }
+}
+
+/// `diffrl demos lang-cubes` with `config`: `episodes` demonstrations into `out`.
+fn record_demos(config: &str, episodes: &str, out: &str) {
+    diffrl(&[
+        "demos",
+        "lang-cubes",
+        "--config",
+        config,
+        "--episodes",
+        episodes,
+        "--out",
+        out,
+    ])
+    .unwrap();
 }
