@@ -13,6 +13,9 @@ pub struct EpisodeRewards {
     pub outcome: f64,
     /// Optional per-step rewards r_t, one per environment step of the episode.
     pub per_step: Option<Vec<f64>>,
+    /// Optional progress Phi(s_0) .. Phi(s_T) of a progress model, one more entry than the
+    /// episode has steps (the final state last); learners may use it as a value feature.
+    pub potential: Option<Vec<f64>>,
 }
 
 /// A reward module that could not score an episode (a learned model's NaN output, an
@@ -83,6 +86,7 @@ impl RewardModule for OutcomeReward {
         Ok(EpisodeRewards {
             outcome: base + bonus - self.time_cost * ep.len() as f64,
             per_step: Some(ep.rewards.iter().map(|&r| f64::from(r)).collect()),
+            potential: None,
         })
     }
 }

@@ -41,6 +41,10 @@ pub enum Estimator {
     /// plus the process advantage of its step rewards (OPRL's combination of episode- and
     /// step-level advantages; the step rewards may come from the implicit PRM).
     GrpoProcess,
+    /// GRPO-lambda: the group's mean outcome as the value of the shared start, a progress
+    /// model's change since the start for the value of later states, and lambda-returns over
+    /// decisions (see [`grpo_lambda`]); computed over the whole batch.
+    GrpoLambda,
 }
 
 impl Estimator {
@@ -54,6 +58,7 @@ impl Estimator {
             Self::Process => "process",
             Self::Gigpo => "gigpo",
             Self::GrpoProcess => "grpo-process",
+            Self::GrpoLambda => "grpo-lambda",
         }
     }
 }
@@ -77,6 +82,8 @@ impl fmt::Display for Estimator {
 ///   the environment's (`Env::anchor_cells`; Push-T: 5 in every dimension). Set, it overrides
 ///   the environment's cells; an environment without cells needs it (see [`anchor_cells`]).
 /// - `gigpo_normalise`: divide A^S by the anchor cluster's std (+ 1e-6) (default false).
+/// - `gamma`, `lambda`: discount and lambda in (0, 1] per decision of `grpo-lambda`
+///   (defaults 0.99 and 0.95, PPO's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdvantageConfig {
@@ -96,6 +103,10 @@ pub struct AdvantageConfig {
     pub gigpo_grid: Option<f64>,
     /// Divide GiGPO's step advantage by the anchor cluster's std (+ 1e-6).
     pub gigpo_normalise: bool,
+    /// Discount per decision of `grpo-lambda`, in (0, 1].
+    pub gamma: f64,
+    /// Lambda of `grpo-lambda`'s returns, in [0, 1].
+    pub lambda: f64,
 }
 
 impl Default for AdvantageConfig {
@@ -108,12 +119,14 @@ impl Default for AdvantageConfig {
             gigpo_gamma: 0.95,
             gigpo_grid: None,
             gigpo_normalise: false,
+            gamma: 0.99,
+            lambda: 0.95,
         }
     }
 }
 
-/// The ranges: `vg_tau` > 0, `gigpo_omega` >= 0, `gigpo_gamma` in (0, 1], `gigpo_grid` > 0 when
-/// set, all finite.
+/// The ranges: `vg_tau` > 0, `gigpo_omega` >= 0, `gigpo_gamma` and `gamma` in (0, 1], `lambda`
+/// in [0, 1], `gigpo_grid` > 0 when set, all finite.
 impl Validate for AdvantageConfig {
     fn validate(&self) -> Result<(), Invalid> {
         let bad = Invalid::new;
@@ -133,6 +146,18 @@ impl Validate for AdvantageConfig {
             return Err(bad(
                 "gigpo_gamma",
                 format!("must be in (0, 1], got {}", self.gigpo_gamma),
+            ));
+        }
+        if !(self.gamma > 0.0 && self.gamma <= 1.0) {
+            return Err(bad(
+                "gamma",
+                format!("must be in (0, 1], got {}", self.gamma),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.lambda) {
+            return Err(bad(
+                "lambda",
+                format!("must be in [0, 1], got {}", self.lambda),
             ));
         }
         if let Some(grid) = self.gigpo_grid
@@ -527,6 +552,134 @@ fn check_shape<T>(
     Ok(())
 }
 
+/// One rollout for [`grpo_lambda`].
+#[derive(Debug, Clone, Copy)]
+pub struct LambdaRollout<'a> {
+    /// Index of its group (rollouts of a group share the initial state).
+    pub group: usize,
+    /// Its outcome R.
+    pub outcome: f64,
+    /// Phi of the state each decision was taken in, in order (one entry per decision).
+    pub potential: &'a [f64],
+}
+
+/// What [`grpo_lambda`] computed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LambdaAdvantages {
+    /// A_{i,j} per rollout, per decision, normalised over the batch.
+    pub per_decision: Vec<Vec<f64>>,
+    /// The fitted slope b of the value in Phi.
+    pub slope: f64,
+    /// Fraction of the variance of the returns (about their group's start value) that b x
+    /// explains; 0 when the returns do not vary.
+    pub explained: f64,
+}
+
+/// GRPO-lambda (our construction, docs/algorithms.md §3), over a batch of groups.
+///
+/// GRPO's baseline is a value of the shared initial state only, so every decision of an
+/// episode gets the same credit. Here the group still gives the value of its start, and a
+/// progress model Phi says how the value changes along each rollout; lambda-returns then
+/// credit each decision mostly with what happened in the next 1 / (1 - gamma lambda)
+/// decisions, as GAE does with a learned critic:
+///
+/// ```text
+/// G_{i,j}  = gamma^(n_i - 1 - j) R_i                 (the outcome, discounted to decision j)
+/// V_g      = mean over i in g of G_{i,0}               (the group's start value)
+/// x_{i,j}  = Phi_{i,j} - Phi_{i,0}
+/// b        = sum x (G - V_g) / sum x^2                 (least squares over the whole batch)
+/// V_{i,j}  = V_g + b x_{i,j},  V_{i,n_i} = 0
+/// delta_j  = [j = n_i - 1] R_i + gamma V_{i,j+1} - V_{i,j}
+/// A_{i,j}  = sum_k (gamma lambda)^k delta_{j+k}        (then (A - mean) / (std + 1e-8) over the batch)
+/// ```
+///
+/// With lambda = 1 and gamma = 1 the first decision's advantage is Dr.GRPO's R_i - mean R.
+/// b = 0 when Phi does not vary. Errors on a NaN or infinite outcome or potential.
+pub fn grpo_lambda(
+    rollouts: &[LambdaRollout<'_>],
+    gamma: f64,
+    lambda: f64,
+) -> Result<LambdaAdvantages, AdvantageError> {
+    for (i, r) in rollouts.iter().enumerate() {
+        check_finite("outcome reward", i, None, r.outcome)?;
+        for (t, &p) in r.potential.iter().enumerate() {
+            check_finite("potential", i, Some(t), p)?;
+        }
+    }
+    let returns: Vec<Vec<f64>> = rollouts
+        .iter()
+        .map(|r| {
+            let n = r.potential.len();
+            (0..n)
+                .map(|j| gamma.powi((n - 1 - j) as i32) * r.outcome)
+                .collect()
+        })
+        .collect();
+    // The start value of each group: the mean discounted return of its first decisions.
+    let groups = rollouts.iter().map(|r| r.group + 1).max().unwrap_or(0);
+    let mut sum = vec![0.0; groups];
+    let mut count = vec![0usize; groups];
+    for (r, g) in rollouts.iter().zip(&returns) {
+        if let Some(&first) = g.first() {
+            sum[r.group] += first;
+            count[r.group] += 1;
+        }
+    }
+    let start: Vec<f64> = sum
+        .iter()
+        .zip(&count)
+        .map(|(s, &c)| if c > 0 { s / c as f64 } else { 0.0 })
+        .collect();
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (r, g) in rollouts.iter().zip(&returns) {
+        let Some(&phi0) = r.potential.first() else {
+            continue;
+        };
+        for (&phi, &ret) in r.potential.iter().zip(g) {
+            let (x, y) = (phi - phi0, ret - start[r.group]);
+            sxy += x * y;
+            sxx += x * x;
+            syy += y * y;
+        }
+    }
+    let slope = if sxx > ZERO_VARIANCE_STD {
+        sxy / sxx
+    } else {
+        0.0
+    };
+    let explained = if syy > ZERO_VARIANCE_STD {
+        (slope * sxy) / syy
+    } else {
+        0.0
+    };
+    let mut per_decision: Vec<Vec<f64>> = rollouts
+        .iter()
+        .map(|r| {
+            let n = r.potential.len();
+            let Some(&phi0) = r.potential.first() else {
+                return Vec::new();
+            };
+            let values: Vec<f64> = r
+                .potential
+                .iter()
+                .map(|p| start[r.group] + slope * (p - phi0))
+                .collect();
+            let mut rewards = vec![0.0; n];
+            rewards[n - 1] = r.outcome;
+            gae(&rewards, &values, 0.0, gamma, lambda).0
+        })
+        .collect();
+    let (mean, std) = mean_std(&per_decision.concat());
+    for a in per_decision.iter_mut().flatten() {
+        *a = (*a - mean) / (std + 1e-8);
+    }
+    Ok(LambdaAdvantages {
+        per_decision,
+        slope,
+        explained,
+    })
+}
+
 /// Advantages of one group with the estimator of `cfg`: A_{i,t} for every rollout i and env
 /// step t < `lengths[i]`.
 ///
@@ -598,6 +751,11 @@ pub fn group_advantages(
                 .zip(steps)
                 .map(|(episode, steps)| steps.into_iter().map(|s| episode + s).collect())
                 .collect()
+        }
+        Estimator::GrpoLambda => {
+            return Err(needs(
+                "the whole batch: its value slope is fitted over all groups (grpo_lambda)",
+            ));
         }
         Estimator::Gigpo => {
             let steps = group.steps.ok_or_else(|| needs("per-step rewards"))?;
@@ -868,6 +1026,96 @@ mod tests {
         );
         let got = process_advantages(&[vec![0.3, 0.3], vec![], vec![0.3]]);
         assert_eq!(got, vec![vec![0.0, 0.0], vec![], vec![0.0]]);
+    }
+
+    fn lambda_rollout(group: usize, outcome: f64, potential: &[f64]) -> LambdaRollout<'_> {
+        LambdaRollout {
+            group,
+            outcome,
+            potential,
+        }
+    }
+
+    #[test]
+    fn grpo_lambda_credits_the_decision_after_which_progress_jumps() {
+        // One group: a success whose progress jumps after decision 1, a failure that never
+        // progresses. gamma 1: V_g = 0.5; x = Phi; y = +-0.5, so b = (0.5 + 0.5) / 2 = 0.5 and
+        // V = [0.5, 0.5, 1, 1] and [0.5; 4]. lambda 0 (A = delta): the success's decision 1
+        // moved to the higher value (+0.5), the failure's last decision ended at 0 from 0.5
+        // (-0.5), nothing else; the batch std is 0.25.
+        let (s, f) = ([0.0, 0.0, 1.0, 1.0], [0.0; 4]);
+        let got = grpo_lambda(
+            &[lambda_rollout(0, 1.0, &s), lambda_rollout(0, 0.0, &f)],
+            1.0,
+            0.0,
+        )
+        .unwrap();
+        assert!((got.slope - 0.5).abs() < TOL);
+        // sum y^2 = 8 x 0.25 = 2, of which b sum xy = 0.5 is explained.
+        assert!((got.explained - 0.25).abs() < TOL, "{}", got.explained);
+        let a = 0.5 / (0.25 + 1e-8);
+        close2(
+            &got.per_decision,
+            &[vec![0.0, a, 0.0, 0.0], vec![0.0, 0.0, 0.0, -a]],
+        );
+    }
+
+    #[test]
+    fn grpo_lambda_with_lambda_and_gamma_one_and_flat_progress_is_dr_grpo_normalised() {
+        // Phi constant: b = 0, V = the group's mean outcome, and lambda = gamma = 1 gives
+        // A_{i,j} = R_i - mean R at every decision (then normalised over the batch).
+        let flat = [0.3; 3];
+        let short = [0.7; 2];
+        let rollouts = [
+            lambda_rollout(0, 2.0, &flat),
+            lambda_rollout(0, 0.0, &flat),
+            lambda_rollout(1, 1.0, &short),
+            lambda_rollout(1, 1.0, &short),
+        ];
+        let got = grpo_lambda(&rollouts, 1.0, 1.0).unwrap();
+        assert_eq!(got.slope, 0.0);
+        let raw = [vec![1.0; 3], vec![-1.0; 3], vec![0.0; 2], vec![0.0; 2]];
+        let (m, sd) = mean_std(&raw.concat());
+        let want: Vec<Vec<f64>> = raw
+            .iter()
+            .map(|r| r.iter().map(|a| (a - m) / (sd + 1e-8)).collect())
+            .collect();
+        close2(&got.per_decision, &want);
+    }
+
+    #[test]
+    fn grpo_lambda_discounts_the_outcome_and_names_bad_input() {
+        // One decision per rollout, gamma 0.5: G = R, V_g = 1, b = 0; A = R - 1 = +-1, which
+        // the normalisation (std 1) keeps.
+        let one = [0.0];
+        let a = 1.0 / (1.0 + 1e-8);
+        let got = grpo_lambda(
+            &[lambda_rollout(0, 2.0, &one), lambda_rollout(0, 0.0, &one)],
+            0.5,
+            0.95,
+        )
+        .unwrap();
+        close2(&got.per_decision, &[vec![a], vec![-a]]);
+        // An empty rollout gets no advantages and does not disturb the others.
+        let got = grpo_lambda(
+            &[
+                lambda_rollout(0, 2.0, &one),
+                lambda_rollout(0, 0.0, &one),
+                lambda_rollout(0, 5.0, &[]),
+            ],
+            0.5,
+            0.95,
+        )
+        .unwrap();
+        close2(&got.per_decision, &[vec![a], vec![-a], vec![]]);
+        let e = grpo_lambda(&[lambda_rollout(0, 1.0, &[0.0, f64::NAN])], 1.0, 1.0)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "potential of rollout 0 at step 1 is NaN");
+        let e = grpo_lambda(&[lambda_rollout(0, f64::INFINITY, &one)], 1.0, 1.0)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "outcome reward of rollout 0 is inf");
     }
 
     #[test]

@@ -20,7 +20,8 @@ use diffrl_reward::implicit::{ChainCall, DpoStats, ImplicitPrm};
 
 use crate::LearnError;
 use crate::advantages::{
-    AdvantageConfig, Estimator, GroupRewards, anchor_cells, dapo_keep, group_advantages,
+    AdvantageConfig, Estimator, GroupRewards, LambdaRollout, anchor_cells, dapo_keep,
+    group_advantages, grpo_lambda,
 };
 use crate::batch::{Batch, Round, collect_round};
 pub use crate::finetune::{Algorithm, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome, NoHooks};
@@ -286,6 +287,9 @@ fn grpo_advantages(
     anchor_cells: Option<&[f64]>,
     cfg: &AdvantageConfig,
 ) -> Result<(Vec<Vec<f64>>, usize), LearnError> {
+    if cfg.estimator == Estimator::GrpoLambda {
+        return grpo_lambda_advantages(kept, rewards, group_size, cfg);
+    }
     let mut out = Vec::with_capacity(kept.len());
     let mut zero = 0;
     for (g, members) in kept.chunks(group_size).enumerate() {
@@ -313,4 +317,61 @@ fn grpo_advantages(
         out.extend(adv.per_step);
     }
     Ok((out, zero))
+}
+
+/// [`grpo_lambda`] over the batch, with Phi of each decision's state from the reward module's
+/// potentials (`[reward].shaping`), and the number of zero-variance groups.
+fn grpo_lambda_advantages(
+    kept: &[GroupRollout],
+    rewards: &[EpisodeRewards],
+    group_size: usize,
+    cfg: &AdvantageConfig,
+) -> Result<(Vec<Vec<f64>>, usize), LearnError> {
+    let potentials = kept
+        .iter()
+        .zip(rewards)
+        .enumerate()
+        .map(|(i, (r, rw))| {
+            let phi = rw.potential.as_deref().ok_or_else(|| {
+                LearnError::Data(
+                    "the grpo-lambda estimator needs a progress model's potentials: set \
+                     [reward].shaping (a model from `diffrl reward train`)"
+                        .into(),
+                )
+            })?;
+            r.decisions
+                .iter()
+                .map(|d| {
+                    phi.get(d.env_step).copied().ok_or_else(|| {
+                        LearnError::Data(format!(
+                            "rollout {i}: the reward module gave {} potentials for {} steps",
+                            phi.len(),
+                            r.episode.len()
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<f64>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let rollouts: Vec<LambdaRollout<'_>> = kept
+        .iter()
+        .zip(rewards)
+        .zip(&potentials)
+        .enumerate()
+        .map(|(i, ((_, rw), p))| LambdaRollout {
+            group: i / group_size,
+            outcome: rw.outcome,
+            potential: p,
+        })
+        .collect();
+    let adv = grpo_lambda(&rollouts, cfg.gamma, cfg.lambda)
+        .map_err(|e| LearnError::Data(format!("grpo-lambda advantages: {e}")))?;
+    let zero = rewards
+        .chunks(group_size)
+        .filter(|g| {
+            let o: Vec<f64> = g.iter().map(|r| r.outcome).collect();
+            crate::advantages::mean_std(&o).1 < 1e-12
+        })
+        .count();
+    Ok((adv.per_decision, zero))
 }

@@ -309,6 +309,7 @@ impl diffrl_core::reward::RewardModule for SuccessStep {
         Ok(diffrl_core::reward::EpisodeRewards {
             outcome: per.iter().sum(),
             per_step: Some(per),
+            potential: None,
         })
     }
 }
@@ -842,6 +843,7 @@ impl diffrl_core::reward::RewardModule for NanReward {
         Ok(diffrl_core::reward::EpisodeRewards {
             outcome: f64::NAN,
             per_step: None,
+            potential: None,
         })
     }
 }

@@ -169,6 +169,7 @@ impl RewardModule for ShapedReward {
         Ok(EpisodeRewards {
             outcome: base.outcome,
             per_step: Some(per_step),
+            potential: Some(phi),
         })
     }
 }

@@ -45,7 +45,7 @@ pub struct FinetuneArgs {
     #[arg(long)]
     pub iterations: Option<usize>,
     /// Override [grpo.advantage].estimator (grpo, dr-grpo, vg-grpo, process, gigpo,
-    /// grpo-process).
+    /// grpo-process, grpo-lambda).
     #[arg(long, value_parser = parse_estimator)]
     pub estimator: Option<Estimator>,
     /// Override [run].seed.
@@ -61,7 +61,7 @@ pub struct FinetuneArgs {
 
 fn parse_estimator(s: &str) -> Result<Estimator, String> {
     serde_json::from_value(serde_json::Value::String(s.into())).map_err(|_| {
-        format!("unknown estimator {s:?}; available: grpo, dr-grpo, vg-grpo, process, gigpo, grpo-process")
+        format!("unknown estimator {s:?}; available: grpo, dr-grpo, vg-grpo, process, gigpo, grpo-process, grpo-lambda")
     })
 }
 
