@@ -323,13 +323,6 @@ impl Validate for RunConfig {
                 ),
             )?;
         }
-        ensure(
-            self.grpo.advantage.estimator != diffrl_learn::advantages::Estimator::GrpoLambda
-                || self.reward.shaping.is_some(),
-            "grpo.advantage.estimator",
-            "\"grpo-lambda\" reads the progress of a model from `diffrl reward train`; name it \
-             in [reward.shaping]",
-        )?;
         Ok(())
     }
 }
@@ -673,10 +666,6 @@ mod tests {
             ),
             ("[grpo.ppo]\nlambda = 2.0\n", "grpo.ppo.lambda"),
             ("[grpo.advantage]\nlambda = 2.0\n", "grpo.advantage.lambda"),
-            (
-                "[grpo.advantage]\nestimator = \"grpo-lambda\"\n",
-                "grpo.advantage.estimator",
-            ),
             (
                 "[grpo.advantage]\nestimator = \"process\"\n[grpo.implicit_prm]\nbeta = 0.0\n",
                 "grpo.implicit_prm.beta",

@@ -117,6 +117,36 @@ fn train_eval_and_shape_grpo_with_a_progress_model() {
     std::fs::write(&shaped, text).unwrap();
     let out = grpo(d.path(), &shaped, &policy, "grpo").unwrap();
     assert!(out.contains("shaped(progress, gamma 0.99)"), "{out}");
+    // grpo-lambda reads the model's progress as its value feature, and logs the value fit; with
+    // no model named, `diffrl grpo` refuses before collecting anything.
+    let lam = config(d.path(), "lam.toml", "");
+    let text = std::fs::read_to_string(&lam)
+        .unwrap()
+        .replace("estimator = \"process\"", "estimator = \"grpo-lambda\"");
+    std::fs::write(&lam, &text).unwrap();
+    let e = grpo(d.path(), &lam, &policy, "grpo-lambda-none").unwrap_err();
+    assert!(
+        e.contains("grpo-lambda") && e.contains("[reward.shaping]"),
+        "{e}"
+    );
+    assert!(!d.path().join("grpo-lambda-none").exists());
+    std::fs::write(
+        &lam,
+        text + &format!("[reward.shaping]\nmodel = \"{model}\"\n"),
+    )
+    .unwrap();
+    let out = grpo(d.path(), &lam, &policy, "grpo-lambda").unwrap();
+    assert!(out.contains("advantages grpo-lambda"), "{out}");
+    let metrics = std::fs::read_to_string(d.path().join("grpo-lambda/metrics.jsonl")).unwrap();
+    let fit = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find_map(|v| v["train"]["value_fit"].as_array().cloned())
+        .expect("a value fit in metrics.jsonl");
+    assert!(
+        fit.iter().all(|x| x.as_f64().unwrap().is_finite()),
+        "{fit:?}"
+    );
     // SRPO outcomes under the same shaping.
     let srpo = config(d.path(), "srpo.toml", "");
     let text = std::fs::read_to_string(&srpo).unwrap()

@@ -103,10 +103,21 @@ pub struct AdvantageConfig {
     pub gigpo_grid: Option<f64>,
     /// Divide GiGPO's step advantage by the anchor cluster's std (+ 1e-6).
     pub gigpo_normalise: bool,
-    /// Discount per decision of `grpo-lambda`, in (0, 1].
+    /// Discount per decision of `grpo-lambda`, in (0, 1]. Serialised only when not the
+    /// default, so fingerprints of runs from before it existed stay the same.
+    #[serde(skip_serializing_if = "is_default_gamma")]
     pub gamma: f64,
-    /// Lambda of `grpo-lambda`'s returns, in [0, 1].
+    /// Lambda of `grpo-lambda`'s returns, in [0, 1] (serialised only when not the default).
+    #[serde(skip_serializing_if = "is_default_lambda")]
     pub lambda: f64,
+}
+
+fn is_default_gamma(g: &f64) -> bool {
+    *g == AdvantageConfig::default().gamma
+}
+
+fn is_default_lambda(l: &f64) -> bool {
+    *l == AdvantageConfig::default().lambda
 }
 
 impl Default for AdvantageConfig {

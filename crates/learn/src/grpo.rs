@@ -78,7 +78,11 @@ pub fn train<E: Env, B: AutodiffBackend>(
             .transpose()?;
         let prm_s = t_prm.elapsed().as_secs_f64();
         // 3. Group-relative advantages per (rollout, decision).
-        let (advantages, zero_var) = grpo_advantages(
+        let BatchAdvantages {
+            advantages,
+            zero_var,
+            value_fit,
+        } = grpo_advantages(
             &batch.kept,
             &batch.rewards,
             cfg.group_size,
@@ -92,7 +96,8 @@ pub fn train<E: Env, B: AutodiffBackend>(
         // 5. Log, evaluate, checkpoint.
         run.iteration += 1;
         let frac_zero_var = zero_var as f64 / cfg.groups.max(1) as f64;
-        let line = run.log_line(&batch, &update, frac_zero_var, prm_stats, prm_s);
+        let mut line = run.log_line(&batch, &update, frac_zero_var, prm_stats, prm_s);
+        line.value_fit = value_fit;
         if run.end_iteration(line, hooks, || implicit_prm_files(prm.as_ref()))? {
             break;
         }
@@ -277,8 +282,18 @@ fn implicit_step_rewards<B: AutodiffBackend>(
     Ok(stats)
 }
 
+/// A batch's advantages and what their estimator reports.
+struct BatchAdvantages {
+    /// A_{i,j} per rollout, per decision.
+    advantages: Vec<Vec<f64>>,
+    /// Groups whose outcomes were all equal.
+    zero_var: usize,
+    /// grpo-lambda's value fit (slope, explained variance).
+    value_fit: Option<[f64; 2]>,
+}
+
 /// Group-relative advantages per (rollout, decision) ([`group_advantages`] with the configured
-/// estimator, group by group) and the number of zero-variance groups.
+/// estimator, group by group; `grpo-lambda` over the batch).
 fn grpo_advantages(
     kept: &[GroupRollout],
     rewards: &[EpisodeRewards],
@@ -286,7 +301,7 @@ fn grpo_advantages(
     state_dim: usize,
     anchor_cells: Option<&[f64]>,
     cfg: &AdvantageConfig,
-) -> Result<(Vec<Vec<f64>>, usize), LearnError> {
+) -> Result<BatchAdvantages, LearnError> {
     if cfg.estimator == Estimator::GrpoLambda {
         return grpo_lambda_advantages(kept, rewards, group_size, cfg);
     }
@@ -316,17 +331,21 @@ fn grpo_advantages(
         zero += usize::from(adv.zero_variance);
         out.extend(adv.per_step);
     }
-    Ok((out, zero))
+    Ok(BatchAdvantages {
+        advantages: out,
+        zero_var: zero,
+        value_fit: None,
+    })
 }
 
 /// [`grpo_lambda`] over the batch, with Phi of each decision's state from the reward module's
-/// potentials (`[reward].shaping`), and the number of zero-variance groups.
+/// potentials (`[reward].shaping`).
 fn grpo_lambda_advantages(
     kept: &[GroupRollout],
     rewards: &[EpisodeRewards],
     group_size: usize,
     cfg: &AdvantageConfig,
-) -> Result<(Vec<Vec<f64>>, usize), LearnError> {
+) -> Result<BatchAdvantages, LearnError> {
     let potentials = kept
         .iter()
         .zip(rewards)
@@ -373,5 +392,9 @@ fn grpo_lambda_advantages(
             crate::advantages::mean_std(&o).1 < 1e-12
         })
         .count();
-    Ok((adv.per_decision, zero))
+    Ok(BatchAdvantages {
+        advantages: adv.per_decision,
+        zero_var: zero,
+        value_fit: Some([adv.slope, adv.explained]),
+    })
 }

@@ -277,6 +277,7 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
             update_pairs_per_s: (update.n as f64) / update.seconds.max(1e-9),
             elapsed_s: self.started.elapsed().as_secs_f64(),
             prm,
+            value_fit: None,
         }
     }
 

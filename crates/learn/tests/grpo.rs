@@ -314,6 +314,104 @@ impl diffrl_core::reward::RewardModule for SuccessStep {
     }
 }
 
+/// The outcome of the toy (max score plus 1 on success) and, as a progress model would give
+/// it, the potential Phi(s) = 1 - |x - target| of every state, the final one included.
+struct DistancePotential;
+impl diffrl_core::reward::RewardModule for DistancePotential {
+    fn name(&self) -> String {
+        "score + distance potential".into()
+    }
+    fn rewards(
+        &self,
+        ep: &diffrl_core::Episode,
+    ) -> Result<diffrl_core::reward::EpisodeRewards, diffrl_core::reward::RewardFailure> {
+        let base = OutcomeReward {
+            outcome: Outcome::Score,
+            success_bonus: 1.0,
+            time_cost: 0.0,
+        };
+        let mut r = diffrl_core::reward::RewardModule::rewards(&base, ep)?;
+        let phi = |o: &Observation| 1.0 - f64::from((o.state[0] - TARGET).abs());
+        let mut potential: Vec<f64> = ep.observations.iter().map(phi).collect();
+        potential.extend(ep.final_observation.as_ref().map(phi));
+        r.potential = Some(potential);
+        Ok(r)
+    }
+}
+
+/// grpo-lambda learns: its advantages are GAE over values built from the group's start value
+/// and the potential, so a wrong sign, a misplaced potential or credit sent to the wrong
+/// decisions would leave success where BC left it (the arithmetic is hand-checked in
+/// advantages.rs); the value fit is logged every iteration.
+#[test]
+fn grpo_lambda_solves_the_toy_task_that_bc_from_poor_demos_does_not() {
+    let d = tempfile::tempdir().unwrap();
+    let pre = pretrained(&d.path().join("bc"));
+    let before = success(&pre);
+    let cfg = GrpoConfig {
+        advantage: AdvantageConfig {
+            estimator: Estimator::GrpoLambda,
+            ..AdvantageConfig::default()
+        },
+        ..toy_grpo()
+    };
+    let mut logs = Collect(Vec::new());
+    let out = grpo::train(
+        Policy::<CpuAutodiff>::trainable(&pre),
+        &pre,
+        &mut venv(cfg.groups * cfg.group_size, true),
+        &DistancePotential,
+        &cfg,
+        Algorithm::Grpo,
+        11,
+        &d.path().join("grpo-lambda"),
+        false,
+        &mut logs,
+    )
+    .unwrap();
+    let after = success(&out.policy);
+    let (first, last) = (&logs.0[0], logs.0.last().unwrap());
+    let fits: Vec<[f64; 2]> = logs.0.iter().map(|l| l.value_fit.unwrap()).collect();
+    eprintln!(
+        "toy, grpo-lambda: success {before:.2} -> {after:.2} over 64 episodes; rollout success {:.2} -> {:.2}; value fits {fits:.2?}",
+        first.success_rate, last.success_rate
+    );
+    assert!(
+        before < 0.5 && after > before + 0.3,
+        "success {before:.2} -> {after:.2}; rollouts {:.2} -> {:.2}",
+        first.success_rate,
+        last.success_rate
+    );
+    // From the poor start, being nearer the target is worth more (this run: slope 0.87,
+    // explaining 18% of the returns' variance); once most rollouts succeed the slope is noise.
+    assert!(fits[0][0] > 0.0 && fits[0][1] > 0.0, "{fits:?}");
+    assert!(
+        fits.iter()
+            .all(|[b, e]| b.is_finite() && (0.0..=1.0).contains(e)),
+        "{fits:?}"
+    );
+    // Without the potentials the estimator refuses, naming what it needs.
+    let e = grpo::train(
+        Policy::<CpuAutodiff>::trainable(&pre),
+        &pre,
+        &mut venv(cfg.groups * cfg.group_size, true),
+        &SuccessStep,
+        &cfg,
+        Algorithm::Grpo,
+        11,
+        &d.path().join("no-potential"),
+        false,
+        &mut Collect(Vec::new()),
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        e.contains("grpo-lambda") && e.contains("[reward].shaping"),
+        "{e}"
+    );
+}
+
 /// PPO learns too: its advantages come from GAE over the critic's values, so a sign error in
 /// GAE, a critic that does not fit, or advantages credited to the wrong decisions would leave
 /// success where BC left it (the GAE arithmetic itself is hand-checked in advantages.rs). Both

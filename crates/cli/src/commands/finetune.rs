@@ -182,6 +182,16 @@ pub fn finetune<B: AutodiffBackend>(
              with [grpo.ppo] rewards = \"outcome\" (the default): set rewards = \"steps\""
         );
     }
+    if algorithm == Algorithm::Grpo
+        && cfg.grpo.advantage.estimator == Estimator::GrpoLambda
+        && cfg.reward.shaping.is_none()
+    {
+        bail!(
+            "[grpo.advantage] estimator = \"grpo-lambda\" reads the progress of a model from \
+             `diffrl reward train`: name it in [reward.shaping] (`diffrl run` uses its own reward \
+             stage's model when none is named)"
+        );
+    }
     let (reference, _) =
         checkpoint::load::<B::InnerBackend>(policy_dir, device).with_context(|| {
             format!(

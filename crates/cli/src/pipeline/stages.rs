@@ -310,12 +310,37 @@ fn grpo_offset(cfg: &RunConfig) -> i64 {
     (cfg.pretrain.steps + cfg.dagger.rounds * cfg.dagger.steps) as i64
 }
 
+/// The config GRPO runs with when its estimator reads a progress model (`grpo-lambda`) and
+/// none is named: [reward.shaping] set to the reward stage's model (potential shaping, gamma
+/// 0.99); None when nothing changes.
+fn own_progress_model(cfg: &RunConfig, root: &Path) -> Option<RunConfig> {
+    let wants = cfg.run.finetune == Algorithm::Grpo
+        && cfg.grpo.advantage.estimator == diffrl_learn::advantages::Estimator::GrpoLambda;
+    if !wants || cfg.reward.shaping.is_some() {
+        return None;
+    }
+    let mut c = cfg.clone();
+    c.reward.shaping = Some(crate::config::ShapingSection {
+        model: root.join("reward").join("progress"),
+        gamma: 0.99,
+        kind: Default::default(),
+    });
+    Some(c)
+}
+
 /// Stage 4: GRPO from the BC checkpoint. Returns its fingerprint, which evaluation reads.
 fn grpo_stage<B: AutodiffBackend>(
     cx: &mut Ctx<'_, B>,
     pre: &Pretrained,
 ) -> anyhow::Result<(Value, Ran)> {
-    let cfg = cx.cfg;
+    let own;
+    let cfg = match own_progress_model(cx.cfg, &cx.root) {
+        Some(c) => {
+            own = c;
+            &own
+        }
+        None => cx.cfg,
+    };
     let h = header(3, "grpo");
     let mut reward_fp = json!({"outcome": cfg.reward.outcome, "success_bonus": cfg.reward.success_bonus, "shaping": cfg.reward.shaping, "srpo": cfg.reward.srpo});
     // Only when set, so runs from before SPA and the time cost existed keep their fingerprint.
@@ -546,4 +571,33 @@ fn demos_stage(
         true,
     )?;
     Ok((demos_dir, Some(summary), fingerprint))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpo_lambda_without_a_named_model_reads_the_run_s_own() {
+        let (mut cfg, _) = crate::config::load_default("pusht").unwrap();
+        let root = Path::new("runs/x");
+        assert!(
+            own_progress_model(&cfg, root).is_none(),
+            "plain GRPO needs none"
+        );
+        cfg.grpo.advantage.estimator = diffrl_learn::advantages::Estimator::GrpoLambda;
+        let own = own_progress_model(&cfg, root).expect("the run's model");
+        let sh = own.reward.shaping.expect("shaping set");
+        assert_eq!(sh.model, root.join("reward").join("progress"));
+        // A named model is kept, and PPO reads none.
+        cfg.reward.shaping = Some(crate::config::ShapingSection {
+            model: "elsewhere".into(),
+            gamma: 0.9,
+            kind: Default::default(),
+        });
+        assert!(own_progress_model(&cfg, root).is_none());
+        cfg.reward.shaping = None;
+        cfg.run.finetune = Algorithm::Ppo;
+        assert!(own_progress_model(&cfg, root).is_none());
+    }
 }
