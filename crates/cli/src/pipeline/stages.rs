@@ -342,7 +342,9 @@ fn grpo_stage<B: AutodiffBackend>(
         None => cx.cfg,
     };
     let h = header(3, "grpo");
-    let mut reward_fp = json!({"outcome": cfg.reward.outcome, "success_bonus": cfg.reward.success_bonus, "shaping": cfg.reward.shaping, "srpo": cfg.reward.srpo});
+    // The configured shaping (none when the run's own model is used: that model enters by its
+    // content below, so moving the run folder keeps the fingerprint).
+    let mut reward_fp = json!({"outcome": cfg.reward.outcome, "success_bonus": cfg.reward.success_bonus, "shaping": cx.cfg.reward.shaping, "srpo": cfg.reward.srpo});
     // Only when set, so runs from before SPA and the time cost existed keep their fingerprint.
     if let Some(spa) = &cfg.reward.spa {
         reward_fp["spa"] = json!(spa);
