@@ -288,6 +288,29 @@ fn grpo_solves_the_toy_task_that_bc_from_poor_demos_does_not() {
     }
 }
 
+/// Fine-tunes `pre` from scratch (seed 11) on the reachable toy with `reward`.
+fn train_reachable(
+    pre: &Policy<CpuBackend>,
+    cfg: &GrpoConfig,
+    algorithm: Algorithm,
+    reward: &dyn diffrl_core::reward::RewardModule,
+    out: &Path,
+    hooks: &mut dyn GrpoHooks<CpuBackend>,
+) -> Result<grpo::GrpoOutcome<CpuBackend>, diffrl_learn::LearnError> {
+    grpo::train(
+        Policy::<CpuAutodiff>::trainable(pre),
+        pre,
+        &mut venv(cfg.groups * cfg.group_size, true),
+        reward,
+        cfg,
+        algorithm,
+        11,
+        out,
+        false,
+        hooks,
+    )
+}
+
 /// Reward 1 on the step that reaches the target, 0 on every other: a sparse return that only
 /// finishing earns. (The toy's own step rewards, 1 - |x - 0.5| every step, pay more for
 /// hovering near the target for 8 steps than for reaching it, which ends the episode: PPO on
@@ -356,16 +379,12 @@ fn grpo_lambda_solves_the_toy_task_that_bc_from_poor_demos_does_not() {
         ..toy_grpo()
     };
     let mut logs = Collect(Vec::new());
-    let out = grpo::train(
-        Policy::<CpuAutodiff>::trainable(&pre),
+    let out = train_reachable(
         &pre,
-        &mut venv(cfg.groups * cfg.group_size, true),
-        &DistancePotential,
         &cfg,
         Algorithm::Grpo,
-        11,
+        &DistancePotential,
         &d.path().join("grpo-lambda"),
-        false,
         &mut logs,
     )
     .unwrap();
@@ -391,16 +410,12 @@ fn grpo_lambda_solves_the_toy_task_that_bc_from_poor_demos_does_not() {
         "{fits:?}"
     );
     // Without the potentials the estimator refuses, naming what it needs.
-    let e = grpo::train(
-        Policy::<CpuAutodiff>::trainable(&pre),
+    let e = train_reachable(
         &pre,
-        &mut venv(cfg.groups * cfg.group_size, true),
-        &SuccessStep,
         &cfg,
         Algorithm::Grpo,
-        11,
+        &SuccessStep,
         &d.path().join("no-potential"),
-        false,
         &mut Collect(Vec::new()),
     )
     .err()
@@ -425,16 +440,12 @@ fn ppo_solves_the_toy_task_that_bc_from_poor_demos_does_not() {
         let mut cfg = toy_grpo();
         cfg.ppo.rewards = rewards;
         let mut logs = Collect(Vec::new());
-        let out = grpo::train(
-            Policy::<CpuAutodiff>::trainable(&pre),
+        let out = train_reachable(
             &pre,
-            &mut venv(cfg.groups * cfg.group_size, true),
-            &SuccessStep,
             &cfg,
             Algorithm::Ppo,
-            11,
+            &SuccessStep,
             &d.path().join(format!("ppo-{rewards:?}")),
-            false,
             &mut logs,
         )
         .unwrap();
