@@ -372,12 +372,11 @@ fn grpo_lambda_advantages(
                 .collect::<Result<Vec<f64>, _>>()
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let rollouts: Vec<LambdaRollout<'_>> = kept
+    let rollouts: Vec<LambdaRollout<'_>> = rewards
         .iter()
-        .zip(rewards)
         .zip(&potentials)
         .enumerate()
-        .map(|(i, ((_, rw), p))| LambdaRollout {
+        .map(|(i, (rw, p))| LambdaRollout {
             group: i / group_size,
             outcome: rw.outcome,
             potential: p,
