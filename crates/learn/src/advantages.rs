@@ -82,7 +82,7 @@ impl fmt::Display for Estimator {
 ///   the environment's (`Env::anchor_cells`; Push-T: 5 in every dimension). Set, it overrides
 ///   the environment's cells; an environment without cells needs it (see [`anchor_cells`]).
 /// - `gigpo_normalise`: divide A^S by the anchor cluster's std (+ 1e-6) (default false).
-/// - `gamma`, `lambda`: discount and lambda in (0, 1] per decision of `grpo-lambda`
+/// - `gamma`, `lambda`: discount in (0, 1] and lambda in [0, 1] per decision of `grpo-lambda`
 ///   (defaults 0.99 and 0.95, PPO's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -604,7 +604,8 @@ pub struct LambdaAdvantages {
 /// A_{i,j}  = sum_k (gamma lambda)^k delta_{j+k}        (then (A - mean) / (std + 1e-8) over the batch)
 /// ```
 ///
-/// With lambda = 1 and gamma = 1 the first decision's advantage is Dr.GRPO's R_i - mean R.
+/// With lambda = 1 and gamma = 1 the first decision's advantage is Dr.GRPO's R_i - mean R
+/// (before the normalisation), whatever Phi.
 /// b = 0 when Phi does not vary. Errors on a NaN or infinite outcome or potential.
 pub fn grpo_lambda(
     rollouts: &[LambdaRollout<'_>],
