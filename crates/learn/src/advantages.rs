@@ -584,6 +584,8 @@ pub struct LambdaAdvantages {
     /// Fraction of the variance of the returns (about their group's start value) that b x
     /// explains; 0 when the returns do not vary.
     pub explained: f64,
+    /// Groups whose outcomes are all equal (population std < 1e-12).
+    pub zero_variance_groups: usize,
 }
 
 /// GRPO-lambda (our construction, docs/algorithms.md §3), over a batch of groups.
@@ -642,6 +644,14 @@ pub fn grpo_lambda(
         .zip(&count)
         .map(|(s, &c)| if c > 0 { s / c as f64 } else { 0.0 })
         .collect();
+    let mut outcomes: Vec<Vec<f64>> = vec![Vec::new(); groups];
+    for r in rollouts {
+        outcomes[r.group].push(r.outcome);
+    }
+    let zero_variance_groups = outcomes
+        .iter()
+        .filter(|o| !o.is_empty() && mean_std(o).1 < ZERO_VARIANCE_STD)
+        .count();
     let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
     for (r, g) in rollouts.iter().zip(&returns) {
         let Some(&phi0) = r.potential.first() else {
@@ -689,6 +699,7 @@ pub fn grpo_lambda(
         per_decision,
         slope,
         explained,
+        zero_variance_groups,
     })
 }
 
@@ -1063,6 +1074,7 @@ mod tests {
         )
         .unwrap();
         assert!((got.slope - 0.5).abs() < TOL);
+        assert_eq!(got.zero_variance_groups, 0);
         // sum y^2 = 8 x 0.25 = 2, of which b sum xy = 0.5 is explained.
         assert!((got.explained - 0.25).abs() < TOL, "{}", got.explained);
         let a = 0.5 / (0.25 + 1e-8);
@@ -1086,6 +1098,8 @@ mod tests {
         ];
         let got = grpo_lambda(&rollouts, 1.0, 1.0).unwrap();
         assert_eq!(got.slope, 0.0);
+        // Group 1's outcomes are equal.
+        assert_eq!(got.zero_variance_groups, 1);
         let raw = [vec![1.0; 3], vec![-1.0; 3], vec![0.0; 2], vec![0.0; 2]];
         let (m, sd) = mean_std(&raw.concat());
         let want: Vec<Vec<f64>> = raw

@@ -384,16 +384,9 @@ fn grpo_lambda_advantages(
         .collect();
     let adv = grpo_lambda(&rollouts, cfg.gamma, cfg.lambda)
         .map_err(|e| LearnError::Data(format!("grpo-lambda advantages: {e}")))?;
-    let zero = rewards
-        .chunks(group_size)
-        .filter(|g| {
-            let o: Vec<f64> = g.iter().map(|r| r.outcome).collect();
-            crate::advantages::mean_std(&o).1 < 1e-12
-        })
-        .count();
     Ok(BatchAdvantages {
         advantages: adv.per_decision,
-        zero_var: zero,
+        zero_var: adv.zero_variance_groups,
         value_fit: Some([adv.slope, adv.explained]),
     })
 }
