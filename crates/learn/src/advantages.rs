@@ -84,6 +84,8 @@ impl fmt::Display for Estimator {
 /// - `gigpo_normalise`: divide A^S by the anchor cluster's std (+ 1e-6) (default false).
 /// - `gamma`, `lambda`: discount in (0, 1] and lambda in [0, 1] per decision of `grpo-lambda`
 ///   (defaults 0.99 and 0.95, PPO's).
+/// - `value`: how `grpo-lambda`'s value moves from its group's start value along a rollout
+///   ([`LambdaValue`], default `linear`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdvantageConfig {
@@ -110,6 +112,34 @@ pub struct AdvantageConfig {
     /// Lambda of `grpo-lambda`'s returns, in [0, 1] (serialised only when not the default).
     #[serde(skip_serializing_if = "is_default_lambda")]
     pub lambda: f64,
+    /// The value model of `grpo-lambda` (serialised only when not the default).
+    #[serde(skip_serializing_if = "is_default_value")]
+    pub value: LambdaValue,
+}
+
+/// How `grpo-lambda`'s value of a decision's state differs from its group's start value: a
+/// function of the progress model's Phi fitted by least squares over the batch (see
+/// [`grpo_lambda`]).
+///
+/// Serialised in kebab-case: `value = "piecewise"` in TOML.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LambdaValue {
+    /// V = V_g + b (Phi - Phi_start): one slope.
+    #[default]
+    Linear,
+    /// V = V_g + f(Phi) - f(Phi_start) + c j / J: f piecewise linear over
+    /// [`VALUE_PIECES`] equal pieces of the batch's range of Phi, and a term in the decision's
+    /// index j (J: the batch's longest rollout), because a discounted outcome grows along a
+    /// rollout that runs to the time limit.
+    Piecewise,
+}
+
+/// Pieces of the piecewise-linear value of [`LambdaValue::Piecewise`].
+pub const VALUE_PIECES: usize = 8;
+
+fn is_default_value(v: &LambdaValue) -> bool {
+    *v == LambdaValue::default()
 }
 
 fn is_default_gamma(g: &f64) -> bool {
@@ -132,6 +162,7 @@ impl Default for AdvantageConfig {
             gigpo_normalise: false,
             gamma: 0.99,
             lambda: 0.95,
+            value: LambdaValue::Linear,
         }
     }
 }
@@ -579,10 +610,12 @@ pub struct LambdaRollout<'a> {
 pub struct LambdaAdvantages {
     /// A_{i,j} per rollout, per decision, normalised over the batch.
     pub per_decision: Vec<Vec<f64>>,
-    /// The fitted slope b of the value in Phi.
+    /// The value's slope in Phi: b of [`LambdaValue::Linear`]; for
+    /// [`LambdaValue::Piecewise`], (f(max Phi) - f(min Phi)) / (max Phi - min Phi) over the
+    /// batch. 0 when Phi does not vary.
     pub slope: f64,
-    /// Fraction of the variance of the returns (about their group's start value) that b x
-    /// explains; 0 when the returns do not vary.
+    /// Fraction of the variance of the returns (about their group's start value) that the
+    /// fitted value explains; 0 when the returns do not vary.
     pub explained: f64,
     /// Groups whose outcomes are all equal (population std < 1e-12).
     pub zero_variance_groups: usize,
@@ -599,20 +632,23 @@ pub struct LambdaAdvantages {
 /// ```text
 /// G_{i,j}  = gamma^(n_i - 1 - j) R_i                 (the outcome, discounted to decision j)
 /// V_g      = mean over i in g of G_{i,0}               (the group's start value)
-/// x_{i,j}  = Phi_{i,j} - Phi_{i,0}
-/// b        = sum x (G - V_g) / sum x^2                 (least squares over the whole batch)
-/// V_{i,j}  = V_g + b x_{i,j},  V_{i,n_i} = 0
+/// x_{i,j}  = phi(Phi_{i,j}, j) - phi(Phi_{i,0}, 0)     (features, 0 at the start)
+/// w        = argmin sum (G - V_g - w.x)^2              (least squares over the whole batch)
+/// V_{i,j}  = V_g + w.x_{i,j},  V_{i,n_i} = 0
 /// delta_j  = [j = n_i - 1] R_i + gamma V_{i,j+1} - V_{i,j}
 /// A_{i,j}  = sum_k (gamma lambda)^k delta_{j+k}        (then (A - mean) / (std + 1e-8) over the batch)
 /// ```
 ///
-/// With lambda = 1 and gamma = 1 the first decision's advantage is Dr.GRPO's R_i - mean R
-/// (before the normalisation), whatever Phi.
-/// b = 0 when Phi does not vary. Errors on a NaN or infinite outcome or potential.
+/// `value` picks phi: [`LambdaValue::Linear`] phi = Phi (w is one slope b);
+/// [`LambdaValue::Piecewise`] the hat functions of a piecewise-linear f on [`VALUE_PIECES`]
+/// equal pieces of the batch's range of Phi, and j / J. With lambda = 1 and gamma = 1 the first
+/// decision's advantage is Dr.GRPO's R_i - mean R (before the normalisation), whatever Phi.
+/// Features that do not vary get weight 0. Errors on a NaN or infinite outcome or potential.
 pub fn grpo_lambda(
     rollouts: &[LambdaRollout<'_>],
     gamma: f64,
     lambda: f64,
+    value: LambdaValue,
 ) -> Result<LambdaAdvantages, AdvantageError> {
     for (i, r) in rollouts.iter().enumerate() {
         check_finite("outcome reward", i, None, r.outcome)?;
@@ -652,25 +688,32 @@ pub fn grpo_lambda(
         .iter()
         .filter(|o| !o.is_empty() && mean_std(o).1 < ZERO_VARIANCE_STD)
         .count();
-    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+
+    let features = ValueFeatures::new(rollouts, value);
+    let m = features.len();
+    let mut xtx = nalgebra::DMatrix::<f64>::zeros(m, m);
+    let mut xty = nalgebra::DVector::<f64>::zeros(m);
+    let mut syy = 0.0;
+    let mut x = vec![0.0; m];
     for (r, g) in rollouts.iter().zip(&returns) {
         let Some(&phi0) = r.potential.first() else {
             continue;
         };
-        for (&phi, &ret) in r.potential.iter().zip(g) {
-            let (x, y) = (phi - phi0, ret - start[r.group]);
-            sxy += x * y;
-            sxx += x * x;
+        for (j, (&phi, &ret)) in r.potential.iter().zip(g).enumerate() {
+            features.fill(phi0, phi, j, &mut x);
+            let y = ret - start[r.group];
+            for a in 0..m {
+                xty[a] += x[a] * y;
+                for b in 0..m {
+                    xtx[(a, b)] += x[a] * x[b];
+                }
+            }
             syy += y * y;
         }
     }
-    let slope = if sxx > ZERO_VARIANCE_STD {
-        sxy / sxx
-    } else {
-        0.0
-    };
+    let weights = least_squares(xtx, &xty);
     let explained = if syy > ZERO_VARIANCE_STD {
-        (slope * sxy) / syy
+        weights.dot(&xty) / syy
     } else {
         0.0
     };
@@ -681,10 +724,19 @@ pub fn grpo_lambda(
             let Some(&phi0) = r.potential.first() else {
                 return Vec::new();
             };
+            let mut x = vec![0.0; m];
             let values: Vec<f64> = r
                 .potential
                 .iter()
-                .map(|p| start[r.group] + slope * (p - phi0))
+                .enumerate()
+                .map(|(j, &phi)| {
+                    features.fill(phi0, phi, j, &mut x);
+                    start[r.group]
+                        + x.iter()
+                            .zip(weights.iter())
+                            .map(|(a, w)| a * w)
+                            .sum::<f64>()
+                })
                 .collect();
             let mut rewards = vec![0.0; n];
             rewards[n - 1] = r.outcome;
@@ -697,10 +749,120 @@ pub fn grpo_lambda(
     }
     Ok(LambdaAdvantages {
         per_decision,
-        slope,
+        slope: features.slope(weights.as_slice()),
         explained,
         zero_variance_groups,
     })
+}
+
+/// The features x_{i,j} of [`grpo_lambda`]'s value.
+enum ValueFeatures {
+    /// x = Phi - Phi_start.
+    Linear,
+    /// Hat functions on the knots lo + k (hi - lo) / P, k = 1..=P (the one at lo is left out:
+    /// f is defined up to a constant), then j / J.
+    Piecewise { lo: f64, width: f64, longest: f64 },
+}
+
+impl ValueFeatures {
+    fn new(rollouts: &[LambdaRollout<'_>], value: LambdaValue) -> Self {
+        match value {
+            LambdaValue::Linear => Self::Linear,
+            LambdaValue::Piecewise => {
+                let all = rollouts.iter().flat_map(|r| r.potential.iter().copied());
+                let lo = all.clone().fold(f64::INFINITY, f64::min);
+                let hi = all.fold(f64::NEG_INFINITY, f64::max);
+                let longest = rollouts
+                    .iter()
+                    .map(|r| r.potential.len())
+                    .max()
+                    .unwrap_or(1);
+                Self::Piecewise {
+                    lo: if lo.is_finite() { lo } else { 0.0 },
+                    // A batch without spread in Phi gets Phi features that are all 0.
+                    width: if hi > lo {
+                        (hi - lo) / VALUE_PIECES as f64
+                    } else {
+                        0.0
+                    },
+                    longest: longest.max(1) as f64,
+                }
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Linear => 1,
+            Self::Piecewise { .. } => VALUE_PIECES + 1,
+        }
+    }
+
+    /// phi(Phi, j) - phi(Phi_start, 0) into `x`.
+    fn fill(&self, phi0: f64, phi: f64, j: usize, x: &mut [f64]) {
+        match *self {
+            Self::Linear => x[0] = phi - phi0,
+            Self::Piecewise { lo, width, longest } => {
+                for (k, xk) in x[..VALUE_PIECES].iter_mut().enumerate() {
+                    *xk = if width > 0.0 {
+                        let knot = lo + (k + 1) as f64 * width;
+                        let hat = |p: f64| (1.0 - (p - knot).abs() / width).max(0.0);
+                        hat(phi) - hat(phi0)
+                    } else {
+                        0.0
+                    };
+                }
+                x[VALUE_PIECES] = j as f64 / longest;
+            }
+        }
+    }
+
+    /// The value's mean slope in Phi over the batch's range.
+    fn slope(&self, w: &[f64]) -> f64 {
+        match *self {
+            Self::Linear => w[0],
+            // f(lo) = 0 (every kept hat is 0 there) and f(hi) = w_P.
+            Self::Piecewise { width, .. } if width > 0.0 => {
+                w[VALUE_PIECES - 1] / (width * VALUE_PIECES as f64)
+            }
+            Self::Piecewise { .. } => 0.0,
+        }
+    }
+}
+
+/// Solves the normal equations `xtx w = xty` (symmetric, positive semi-definite) for the
+/// least-squares weights. A feature that never varies (its diagonal entry ~0) gets weight 0; with
+/// several, a tiny ridge (1e-9 of the mean diagonal) keeps nearly collinear features solvable.
+fn least_squares(
+    mut xtx: nalgebra::DMatrix<f64>,
+    xty: &nalgebra::DVector<f64>,
+) -> nalgebra::DVector<f64> {
+    let m = xty.len();
+    let used: Vec<usize> = (0..m)
+        .filter(|&a| xtx[(a, a)] > ZERO_VARIANCE_STD)
+        .collect();
+    let mut w = nalgebra::DVector::zeros(m);
+    match used[..] {
+        [] => return w,
+        // One feature: the slope sum xy / sum x^2 itself (no ridge, no factorisation).
+        [a] => {
+            w[a] = xty[a] / xtx[(a, a)];
+            return w;
+        }
+        _ => {}
+    }
+    let ridge = 1e-9 * used.iter().map(|&a| xtx[(a, a)]).sum::<f64>() / used.len() as f64;
+    for &a in &used {
+        xtx[(a, a)] += ridge;
+    }
+    let a = xtx.select_rows(&used).select_columns(&used);
+    let b = xty.select_rows(&used);
+    if let Some(chol) = a.cholesky() {
+        for (sol, &i) in chol.solve(&b).iter().zip(&used) {
+            w[i] = *sol;
+        }
+    }
+    w
 }
 
 /// Advantages of one group with the estimator of `cfg`: A_{i,t} for every rollout i and env
@@ -1071,6 +1233,7 @@ mod tests {
             &[lambda_rollout(0, 1.0, &s), lambda_rollout(0, 0.0, &f)],
             1.0,
             0.0,
+            LambdaValue::Linear,
         )
         .unwrap();
         assert!((got.slope - 0.5).abs() < TOL);
@@ -1096,17 +1259,22 @@ mod tests {
             lambda_rollout(1, 1.0, &short),
             lambda_rollout(1, 1.0, &short),
         ];
-        let got = grpo_lambda(&rollouts, 1.0, 1.0).unwrap();
-        assert_eq!(got.slope, 0.0);
-        // Group 1's outcomes are equal.
-        assert_eq!(got.zero_variance_groups, 1);
         let raw = [vec![1.0; 3], vec![-1.0; 3], vec![0.0; 2], vec![0.0; 2]];
         let (m, sd) = mean_std(&raw.concat());
         let want: Vec<Vec<f64>> = raw
             .iter()
             .map(|r| r.iter().map(|a| (a - m) / (sd + 1e-8)).collect())
             .collect();
-        close2(&got.per_decision, &want);
+        // The piecewise value's term in j gets weight 0 too: group 0's returns about its start
+        // value are +1 and -1 at every j, group 1's 0.
+        for value in [LambdaValue::Linear, LambdaValue::Piecewise] {
+            let got = grpo_lambda(&rollouts, 1.0, 1.0, value).unwrap();
+            assert_eq!(got.slope, 0.0);
+            // Group 1's outcomes are equal.
+            assert_eq!(got.zero_variance_groups, 1);
+            assert!(got.explained.abs() < TOL, "{value:?}: {}", got.explained);
+            close2(&got.per_decision, &want);
+        }
     }
 
     #[test]
@@ -1119,6 +1287,7 @@ mod tests {
             &[lambda_rollout(0, 2.0, &one), lambda_rollout(0, 0.0, &one)],
             0.5,
             0.95,
+            LambdaValue::Linear,
         )
         .unwrap();
         close2(&got.per_decision, &[vec![a], vec![-a]]);
@@ -1131,17 +1300,69 @@ mod tests {
             ],
             0.5,
             0.95,
+            LambdaValue::Linear,
         )
         .unwrap();
         close2(&got.per_decision, &[vec![a], vec![-a], vec![]]);
-        let e = grpo_lambda(&[lambda_rollout(0, 1.0, &[0.0, f64::NAN])], 1.0, 1.0)
-            .unwrap_err()
-            .to_string();
+        let e = grpo_lambda(
+            &[lambda_rollout(0, 1.0, &[0.0, f64::NAN])],
+            1.0,
+            1.0,
+            LambdaValue::Piecewise,
+        )
+        .unwrap_err()
+        .to_string();
         assert_eq!(e, "potential of rollout 0 at step 1 is NaN");
-        let e = grpo_lambda(&[lambda_rollout(0, f64::INFINITY, &one)], 1.0, 1.0)
-            .unwrap_err()
-            .to_string();
+        let e = grpo_lambda(
+            &[lambda_rollout(0, f64::INFINITY, &one)],
+            1.0,
+            1.0,
+            LambdaValue::Piecewise,
+        )
+        .unwrap_err()
+        .to_string();
         assert_eq!(e, "outcome reward of rollout 0 is inf");
+    }
+
+    #[test]
+    fn grpo_lambda_piecewise_value_fits_a_step_in_progress_that_one_slope_cannot() {
+        // Successes (R = 2) are the rollouts whose progress passes 0.5, whatever else it does;
+        // below 0.5 progress says nothing. One slope explains 5% of the returns' variance about
+        // the start value, the piecewise-linear value (which contains every linear one) 42%.
+        let paths: [(&[f64], f64); 6] = [
+            (&[0.0, 0.1, 0.3, 0.45, 0.4], 0.0),
+            (&[0.0, 0.3, 0.2, 0.1, 0.05], 0.0),
+            (&[0.0, 0.2, 0.4, 0.45, 0.45], 0.0),
+            (&[0.0, 0.1, 0.6, 0.7, 0.8], 2.0),
+            (&[0.0, 0.3, 0.55, 1.0, 0.9], 2.0),
+            (&[0.0, 0.05, 0.1, 0.2, 0.6], 2.0),
+        ];
+        let rollouts: Vec<_> = paths
+            .iter()
+            .map(|&(p, r)| lambda_rollout(0, r, p))
+            .collect();
+        let linear = grpo_lambda(&rollouts, 0.99, 0.95, LambdaValue::Linear).unwrap();
+        let piecewise = grpo_lambda(&rollouts, 0.99, 0.95, LambdaValue::Piecewise).unwrap();
+        assert!(
+            piecewise.explained > linear.explained + 0.1 && piecewise.explained <= 1.0,
+            "piecewise {} linear {}",
+            piecewise.explained,
+            linear.explained
+        );
+        // Most of the step is in the value: the rise in Phi over the range is about the
+        // returns' jump of 2.
+        assert!(piecewise.slope > 1.0, "{}", piecewise.slope);
+        let all = piecewise.per_decision.concat();
+        let (m, sd) = mean_std(&all);
+        assert!(m.abs() < TOL && (sd - 1.0).abs() < 1e-6, "{m} {sd}");
+        // With lambda 0 (A = delta) the step itself is credited: the decision after which
+        // rollout 3 passes 0.5 has the largest advantage of its rollout.
+        let td = grpo_lambda(&rollouts, 0.99, 0.0, LambdaValue::Piecewise).unwrap();
+        let a3 = &td.per_decision[3];
+        let best = (0..a3.len())
+            .max_by(|&a, &b| a3[a].total_cmp(&a3[b]))
+            .unwrap();
+        assert_eq!(best, 1, "{a3:?}");
     }
 
     #[test]

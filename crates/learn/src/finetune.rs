@@ -289,8 +289,8 @@ pub struct GrpoLog {
     /// The implicit PRM's DPO update, when one is trained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prm: Option<DpoStats>,
-    /// grpo-lambda's value fit: the slope of the value in progress, and the fraction of the
-    /// returns' variance about their group's start value that it explains.
+    /// grpo-lambda's value fit: the (mean) slope of the value in progress, and the fraction of
+    /// the returns' variance about their group's start value that it explains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_fit: Option<[f64; 2]>,
 }

@@ -382,7 +382,7 @@ fn grpo_lambda_advantages(
             potential: p,
         })
         .collect();
-    let adv = grpo_lambda(&rollouts, cfg.gamma, cfg.lambda)
+    let adv = grpo_lambda(&rollouts, cfg.gamma, cfg.lambda, cfg.value)
         .map_err(|e| LearnError::Data(format!("grpo-lambda advantages: {e}")))?;
     Ok(BatchAdvantages {
         advantages: adv.per_decision,
