@@ -118,25 +118,33 @@ fn train_eval_and_shape_grpo_with_a_progress_model() {
     let out = grpo(d.path(), &shaped, &policy, "grpo").unwrap();
     assert!(out.contains("shaped(progress, gamma 0.99)"), "{out}");
     // grpo-lambda reads the model's progress as its value feature, and logs the value fit; with
-    // no model named, `diffrl grpo` refuses before collecting anything.
+    // no model named and none in the run folder, `diffrl grpo` refuses before collecting
+    // anything.
     let lam = config(d.path(), "lam.toml", "");
-    let text = std::fs::read_to_string(&lam)
-        .unwrap()
-        .replace("estimator = \"process\"", "estimator = \"grpo-lambda\"");
+    let text = std::fs::read_to_string(&lam).unwrap().replace(
+        "estimator = \"process\"",
+        "estimator = \"grpo-lambda\"\nvalue = \"piecewise\"",
+    );
     std::fs::write(&lam, &text).unwrap();
     let e = grpo(d.path(), &lam, &policy, "grpo-lambda-none").unwrap_err();
+    let own = d.path().join("runs/t/reward/progress");
     assert!(
-        e.contains("grpo-lambda") && e.contains("[reward.shaping]"),
+        e.contains("grpo-lambda")
+            && e.contains("[reward.shaping]")
+            && e.contains(&own.display().to_string()),
         "{e}"
     );
     assert!(!d.path().join("grpo-lambda-none").exists());
-    std::fs::write(
-        &lam,
-        text + &format!("[reward.shaping]\nmodel = \"{model}\"\n"),
-    )
-    .unwrap();
+    // With the model where `diffrl run` puts it, that one is read.
+    std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+    std::fs::rename(&model, &own).unwrap();
     let out = grpo(d.path(), &lam, &policy, "grpo-lambda").unwrap();
     assert!(out.contains("advantages grpo-lambda"), "{out}");
+    assert!(
+        out.contains(&format!("progress model {}", own.display())),
+        "{out}"
+    );
+    std::fs::rename(&own, &model).unwrap();
     let metrics = std::fs::read_to_string(d.path().join("grpo-lambda/metrics.jsonl")).unwrap();
     let fit = metrics
         .lines()

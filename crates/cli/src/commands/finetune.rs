@@ -188,8 +188,14 @@ pub fn finetune<B: AutodiffBackend>(
     {
         bail!(
             "[grpo.advantage] estimator = \"grpo-lambda\" reads the progress of a model from \
-             `diffrl reward train`: name it in [reward.shaping] (`diffrl run` uses its own reward \
-             stage's model when none is named)"
+             `diffrl reward train`: name it in [reward.shaping], or train it into {} (where \
+             `diffrl run` puts its own)",
+            cfg.run
+                .runs_dir
+                .join(&cfg.run.name)
+                .join("reward")
+                .join("progress")
+                .display()
         );
     }
     let (reference, _) =
@@ -338,6 +344,18 @@ pub fn finetune_cmd(
         .clone()
         .unwrap_or_else(|| run_dir.join("pretrain").join("policy"));
     let out_dir = args.out.clone().unwrap_or_else(|| run_dir.join(stage));
+    // grpo-lambda without [reward.shaping]: the run folder's progress model, where `diffrl run`
+    // and `diffrl reward train` put it (as --policy defaults to the run folder's BC policy).
+    if let Some(c) = crate::pipeline::own_progress_model(&cfg, algorithm, &run_dir)
+        && run_dir.join("reward").join("progress").exists()
+    {
+        writeln!(
+            out,
+            "grpo-lambda: progress model {} ([reward.shaping] names none)",
+            run_dir.join("reward").join("progress").display()
+        )?;
+        cfg = c;
+    }
     if !args.resume && out_dir.join("train_state").exists() {
         bail!(
             "{} already holds a fine-tuning run: pass --resume to continue it, or choose another --out",

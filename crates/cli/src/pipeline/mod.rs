@@ -33,6 +33,7 @@ use crate::config::{self, RunConfig};
 use crate::device::DeviceArg;
 use crate::viz::Recording;
 use report::{finish, summary_json};
+pub(crate) use stages::own_progress_model;
 use stages::stages;
 
 /// `diffrl run`.

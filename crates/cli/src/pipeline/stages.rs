@@ -310,11 +310,15 @@ fn grpo_offset(cfg: &RunConfig) -> i64 {
     (cfg.pretrain.steps + cfg.dagger.rounds * cfg.dagger.steps) as i64
 }
 
-/// The config GRPO runs with when its estimator reads a progress model (`grpo-lambda`) and
-/// none is named: [reward.shaping] set to the reward stage's model (potential shaping, gamma
-/// 0.99); None when nothing changes.
-fn own_progress_model(cfg: &RunConfig, root: &Path) -> Option<RunConfig> {
-    let wants = cfg.run.finetune == Algorithm::Grpo
+/// The config `algorithm` runs with when its estimator reads a progress model (GRPO with
+/// `grpo-lambda`) and none is named: [reward.shaping] set to the model of the run folder
+/// `root`'s reward stage (potential shaping, gamma 0.99); None when nothing changes.
+pub(crate) fn own_progress_model(
+    cfg: &RunConfig,
+    algorithm: Algorithm,
+    root: &Path,
+) -> Option<RunConfig> {
+    let wants = algorithm == Algorithm::Grpo
         && cfg.grpo.advantage.estimator == diffrl_learn::advantages::Estimator::GrpoLambda;
     if !wants || cfg.reward.shaping.is_some() {
         return None;
@@ -334,7 +338,7 @@ fn grpo_stage<B: AutodiffBackend>(
     pre: &Pretrained,
 ) -> anyhow::Result<(Value, Ran)> {
     let own;
-    let cfg = match own_progress_model(cx.cfg, &cx.root) {
+    let cfg = match own_progress_model(cx.cfg, cx.cfg.run.finetune, &cx.root) {
         Some(c) => {
             own = c;
             &own
@@ -584,11 +588,11 @@ mod tests {
         let (mut cfg, _) = crate::config::load_default("pusht").unwrap();
         let root = Path::new("runs/x");
         assert!(
-            own_progress_model(&cfg, root).is_none(),
+            own_progress_model(&cfg, cfg.run.finetune, root).is_none(),
             "plain GRPO needs none"
         );
         cfg.grpo.advantage.estimator = diffrl_learn::advantages::Estimator::GrpoLambda;
-        let own = own_progress_model(&cfg, root).expect("the run's model");
+        let own = own_progress_model(&cfg, cfg.run.finetune, root).expect("the run's model");
         let sh = own.reward.shaping.expect("shaping set");
         assert_eq!(sh.model, root.join("reward").join("progress"));
         // A named model is kept, and PPO reads none.
@@ -597,9 +601,9 @@ mod tests {
             gamma: 0.9,
             kind: Default::default(),
         });
-        assert!(own_progress_model(&cfg, root).is_none());
+        assert!(own_progress_model(&cfg, cfg.run.finetune, root).is_none());
         cfg.reward.shaping = None;
         cfg.run.finetune = Algorithm::Ppo;
-        assert!(own_progress_model(&cfg, root).is_none());
+        assert!(own_progress_model(&cfg, cfg.run.finetune, root).is_none());
     }
 }
