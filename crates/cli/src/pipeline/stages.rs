@@ -587,11 +587,18 @@ mod tests {
     fn grpo_lambda_without_a_named_model_reads_the_run_s_own() {
         let (mut cfg, _) = crate::config::load_default("pusht").unwrap();
         let root = Path::new("runs/x");
+        cfg.grpo.advantage.estimator = diffrl_learn::advantages::Estimator::Grpo;
         assert!(
             own_progress_model(&cfg, cfg.run.finetune, root).is_none(),
             "plain GRPO needs none"
         );
-        cfg.grpo.advantage.estimator = diffrl_learn::advantages::Estimator::GrpoLambda;
+        // The embedded Push-T job's estimator.
+        cfg.grpo.advantage.estimator = crate::config::load_default("pusht")
+            .unwrap()
+            .0
+            .grpo
+            .advantage
+            .estimator;
         let own = own_progress_model(&cfg, cfg.run.finetune, root).expect("the run's model");
         let sh = own.reward.shaping.expect("shaping set");
         assert_eq!(sh.model, root.join("reward").join("progress"));
