@@ -578,16 +578,18 @@ mod tests {
         assert_eq!(c.policy, PolicyConfig::default());
         assert_eq!(c.pretrain, BcConfig::default());
         assert_eq!(c.eval, EvalSection::default());
-        // The three [grpo] settings the Push-T job sets, each naming its default in the file.
+        // The four [grpo] settings the Push-T job sets, each naming its default in the file.
         let mut grpo = GrpoConfig {
             iterations: 100,
             eval_every: 10,
+            lr: 6e-5,
             ..GrpoConfig::default()
         };
         grpo.advantage.estimator = diffrl_learn::advantages::Estimator::GrpoLambda;
         assert_eq!(c.grpo, grpo);
         assert_eq!(GrpoConfig::default().iterations, 30);
         assert_eq!(GrpoConfig::default().eval_every, 5);
+        assert_eq!(GrpoConfig::default().lr, 3e-5);
         assert_eq!(
             GrpoConfig::default().advantage.estimator,
             diffrl_learn::advantages::Estimator::Grpo
