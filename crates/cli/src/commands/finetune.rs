@@ -190,12 +190,7 @@ pub fn finetune<B: AutodiffBackend>(
             "[grpo.advantage] estimator = \"grpo-lambda\" reads the progress of a model from \
              `diffrl reward train`: name it in [reward.shaping], or train it into {} (where \
              `diffrl run` puts its own)",
-            cfg.run
-                .runs_dir
-                .join(&cfg.run.name)
-                .join("reward")
-                .join("progress")
-                .display()
+            crate::pipeline::progress_model_dir(&cfg.run.runs_dir.join(&cfg.run.name)).display()
         );
     }
     let (reference, _) =
@@ -346,13 +341,14 @@ pub fn finetune_cmd(
     let out_dir = args.out.clone().unwrap_or_else(|| run_dir.join(stage));
     // grpo-lambda without [reward.shaping]: the run folder's progress model, where `diffrl run`
     // and `diffrl reward train` put it (as --policy defaults to the run folder's BC policy).
+    let own_model = crate::pipeline::progress_model_dir(&run_dir);
     if let Some(c) = crate::pipeline::own_progress_model(&cfg, algorithm, &run_dir)
-        && run_dir.join("reward").join("progress").exists()
+        && own_model.exists()
     {
         writeln!(
             out,
             "grpo-lambda: progress model {} ([reward.shaping] names none)",
-            run_dir.join("reward").join("progress").display()
+            own_model.display()
         )?;
         cfg = c;
     }

@@ -33,8 +33,8 @@ use crate::config::{self, RunConfig};
 use crate::device::DeviceArg;
 use crate::viz::Recording;
 use report::{finish, summary_json};
-pub(crate) use stages::own_progress_model;
 use stages::stages;
+pub(crate) use stages::{own_progress_model, progress_model_dir};
 
 /// `diffrl run`.
 #[derive(Debug, Args)]

@@ -310,6 +310,11 @@ fn grpo_offset(cfg: &RunConfig) -> i64 {
     (cfg.pretrain.steps + cfg.dagger.rounds * cfg.dagger.steps) as i64
 }
 
+/// Where the reward stage of the run folder `root` writes its progress model.
+pub(crate) fn progress_model_dir(root: &Path) -> PathBuf {
+    root.join("reward").join("progress")
+}
+
 /// The config `algorithm` runs with when its estimator reads a progress model (GRPO with
 /// `grpo-lambda`) and none is named: [reward.shaping] set to the model of the run folder
 /// `root`'s reward stage (potential shaping, gamma 0.99); None when nothing changes.
@@ -325,7 +330,7 @@ pub(crate) fn own_progress_model(
     }
     let mut c = cfg.clone();
     c.reward.shaping = Some(crate::config::ShapingSection {
-        model: root.join("reward").join("progress"),
+        model: progress_model_dir(root),
         gamma: 0.99,
         kind: Default::default(),
     });
