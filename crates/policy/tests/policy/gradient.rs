@@ -1,7 +1,7 @@
 //! The gradient of the chain log-likelihood w.r.t. parameters equals central finite
 //! differences (on a tiny network, in f32 with a tolerance that fits f32 round-off).
 
-mod common;
+use crate::common;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::tensor::backend::{AutodiffBackend, Backend};

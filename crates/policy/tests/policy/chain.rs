@@ -1,7 +1,7 @@
 //! Chain sampling and step-wise likelihoods against independent closed-form computations
 //! (docs/algorithms.md §1–2).
 
-mod common;
+use crate::common;
 
 use burn::tensor::{Tensor, TensorData};
 use common::*;

@@ -1,6 +1,6 @@
 //! Checkpoints: save -> load gives identical actions; broken checkpoints give clear errors.
 
-mod common;
+use crate::common;
 
 use common::*;
 use diffrl_core::seeding::rng;

@@ -2,7 +2,7 @@
 //! committed vectors in assets/testdata/diffusers_vectors.json (tools/diffusers_vectors.sh
 //! regenerates them; these tests need no Python).
 
-mod common;
+use crate::common;
 
 use diffrl_policy::schedule::{SamplerKind, Schedule, ScheduleKind, chain_timesteps, step_coeffs};
 use serde_json::Value;

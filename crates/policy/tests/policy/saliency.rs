@@ -1,7 +1,7 @@
 //! Occlusion saliency: a pixel policy cloned on images where one square alone tells the action
 //! looks at that square; bad requests get errors that say what is wrong.
 
-mod common;
+use crate::common;
 
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{Tensor, TensorData};

@@ -1,7 +1,7 @@
 //! Language-conditioned policies: instructions reach the actions, checkpoints keep the
 //! vocabulary (and refuse a missing or mismatched one), policies without text are unchanged.
 
-mod common;
+use crate::common;
 
 use common::*;
 use diffrl_core::seeding::rng;
