@@ -83,8 +83,13 @@ pub struct GrpoConfig {
     /// order, as `[pretrain].threads`): the same seed and thread count give the same bits, and
     /// another count the same update up to rounding. 1 on a GPU.
     pub threads: usize,
-    /// Actor learning rate (AdamW, constant).
+    /// Actor learning rate (AdamW) at the first iteration.
     pub lr: f64,
+    /// The actor's learning rate falls from `lr` to `lr * min_lr_ratio` on a cosine over the
+    /// iterations (the schedule of `[pretrain]`, without warmup); 1 = constant. The schedule
+    /// spans `iterations`, so extending a finished run with `--resume --iterations N` follows
+    /// the longer schedule from the iteration it resumes at.
+    pub min_lr_ratio: f64,
     /// AdamW decoupled weight decay.
     pub weight_decay: f64,
     /// Lower ratio clip epsilon.
@@ -137,6 +142,7 @@ impl Default for GrpoConfig {
             minibatch: 2048,
             threads: 2,
             lr: 3e-5,
+            min_lr_ratio: 1.0,
             weight_decay: 0.0,
             clip_low: 0.01,
             clip_high: 0.01,
@@ -184,6 +190,11 @@ impl Validate for GrpoConfig {
             "must be in 1..=256",
         )?;
         ensure(self.lr > 0.0 && self.lr.is_finite(), "lr", "must be > 0")?;
+        ensure(
+            (0.0..=1.0).contains(&self.min_lr_ratio),
+            "min_lr_ratio",
+            "must be in [0, 1] (1 = constant)",
+        )?;
         ensure(self.weight_decay >= 0.0, "weight_decay", "must be >= 0")?;
         ensure(
             self.clip_low > 0.0 && self.clip_low < 1.0,

@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 
 use crate::LearnError;
 use crate::finetune::GrpoConfig;
-use crate::optim::clip_grad_norm;
+use crate::optim::{clip_grad_norm, lr_at};
 use crate::parallel::sharded_grads_with;
 use crate::rollout::GroupRollout;
 use crate::session::Session;
@@ -98,7 +98,8 @@ pub(crate) fn policy_epoch<B: AutodiffBackend>(
             skip_non_finite(run, acc, gn)?;
             continue;
         }
-        run.policy.model = run.optim.step(cfg.lr, run.policy.model.clone(), grads);
+        let lr = lr_at(run.iteration, cfg.iterations, 0, cfg.lr, cfg.min_lr_ratio);
+        run.policy.model = run.optim.step(lr, run.policy.model.clone(), grads);
         acc.add(&m, gn);
         epoch_kl.0 += m.approx_kl * m.n as f64;
         epoch_kl.1 += m.n;

@@ -600,6 +600,53 @@ fn sharded_updates_equal_the_single_thread_update() {
     }
 }
 
+/// `[grpo] min_lr_ratio`: the actor's step follows a cosine from `lr` over the iterations.
+/// With a ratio of 0 over 2 iterations the first iteration runs at `lr` (the same weights as a
+/// constant rate) and the second at `lr / 2`, so it moves the weights less far: not half as
+/// far, since the ratio clip cuts more of the larger steps (0.69x measured).
+#[test]
+fn the_learning_rate_schedule_shortens_the_later_steps() {
+    let d = tempfile::tempdir().unwrap();
+    let pre = pretrained(&d.path().join("bc"));
+    let run = |iterations: usize, min_lr_ratio: f64, name: &str| {
+        let cfg = GrpoConfig {
+            iterations,
+            min_lr_ratio,
+            ..toy_grpo()
+        };
+        let out = fine_tune(
+            &pre,
+            &cfg,
+            Algorithm::Grpo,
+            true,
+            &d.path().join(name),
+            false,
+            &mut grpo::NoHooks,
+        )
+        .unwrap();
+        flat(&out.policy.model)
+    };
+    let first = run(1, 1.0, "one");
+    assert!(
+        first == run(1, 0.0, "one-decayed"),
+        "the first iteration must run at lr"
+    );
+    let dist = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(x - y).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let constant = dist(&run(2, 1.0, "constant"), &first);
+    let decayed = dist(&run(2, 0.0, "decayed"), &first);
+    let ratio = decayed / constant;
+    assert!(
+        (0.3..0.85).contains(&ratio),
+        "second step moved {decayed} at lr / 2 against {constant} at lr (ratio {ratio})"
+    );
+}
+
 struct StopAt {
     calls: Cell<usize>,
     at: usize,
@@ -723,6 +770,11 @@ fn bad_settings_are_refused_with_the_cause() {
         ..toy_grpo()
     });
     assert!(e.contains("ft_denoising_steps"), "{e}");
+    let e = err(GrpoConfig {
+        min_lr_ratio: 1.5,
+        ..toy_grpo()
+    });
+    assert!(e.contains("min_lr_ratio") && e.contains("[0, 1]"), "{e}");
     // GiGPO needs anchor cells: the toy task gives none, so gigpo_grid must be set.
     let e = err(GrpoConfig {
         advantage: AdvantageConfig {
