@@ -35,6 +35,36 @@ impl DeviceArg {
     }
 }
 
+/// Checks, before Burn opens the GPU, that the NVIDIA driver library loads and shows a device:
+/// burn-cuda panics on a machine without them, and `--device cuda` should refuse with the
+/// reason instead.
+#[cfg(feature = "cuda")]
+#[allow(unsafe_code)] // the one unsafe call below: cudarc's probe for the driver library
+pub fn cuda_ready() -> anyhow::Result<()> {
+    use cudarc::driver::result;
+    // SAFETY: is_culib_present only tries to open the driver library by its usual names
+    // (libloading) and drops what it opened; burn-cuda loads the same library right after.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        anyhow::bail!(
+            "--device cuda: the NVIDIA driver library (libcuda.so) was not found: this machine \
+             has no NVIDIA driver, or LD_LIBRARY_PATH does not reach it; use --device cpu"
+        );
+    }
+    result::init().map_err(|e| {
+        anyhow::anyhow!(
+            "--device cuda: the CUDA driver did not initialise ({e:?}); use --device cpu"
+        )
+    })?;
+    match result::device::get_count() {
+        Ok(n) if n > 0 => Ok(()),
+        Ok(_) => anyhow::bail!(
+            "--device cuda: the CUDA driver sees no GPU (is CUDA_VISIBLE_DEVICES empty?); use \
+             --device cpu"
+        ),
+        Err(e) => anyhow::bail!("--device cuda: cannot count the GPUs ({e:?}); use --device cpu"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

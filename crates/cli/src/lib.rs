@@ -28,9 +28,14 @@ macro_rules! with_device {
             $crate::device::DeviceArg::Cuda => {
                 #[cfg(feature = "cuda")]
                 {
-                    type $B = burn::backend::Autodiff<burn::backend::Cuda>;
-                    let $device: burn::tensor::Device<$B> = Default::default();
-                    $body
+                    match $crate::device::cuda_ready() {
+                        Err(e) => Err(e),
+                        Ok(()) => {
+                            type $B = burn::backend::Autodiff<burn::backend::Cuda>;
+                            let $device: burn::tensor::Device<$B> = Default::default();
+                            $body
+                        }
+                    }
                 }
                 #[cfg(not(feature = "cuda"))]
                 {
