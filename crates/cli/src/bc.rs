@@ -18,14 +18,27 @@ use indicatif::ProgressBar;
 use crate::config::RunConfig;
 use crate::envs::{check_spec, env_spec, observe_recorded};
 use crate::evaluation::{final_eval, periodic_eval};
-use crate::progress::{append_metrics, bar};
+use crate::progress::{append_metrics, bar, trim_metrics};
 
 /// Training hooks: the progress bar, metrics.jsonl, the recording and periodic evaluations.
 struct Hooks<'a> {
     cfg: &'a RunConfig,
     pb: ProgressBar,
     metrics: PathBuf,
+    /// Whether the log has been trimmed to the work this run continues (at its first line).
+    trimmed: bool,
     rec: &'a dyn Recorder,
+}
+
+impl Hooks<'_> {
+    /// Before the run's first line, at `step`: steps up to `step - 1` are what it continues
+    /// (the first line after a checkpoint is its first log or evaluation step).
+    fn trim_once(&mut self, step: usize) {
+        if !self.trimmed {
+            trim_metrics(&self.metrics, "step", step as u64 - 1);
+            self.trimmed = true;
+        }
+    }
 }
 
 impl<B: Backend> BcHooks<B> for Hooks<'_> {
@@ -44,6 +57,7 @@ impl<B: Backend> BcHooks<B> for Hooks<'_> {
             "loss {:.4} lr {:.1e} {:.0} steps/s",
             l.loss, l.lr, l.steps_per_sec
         ));
+        self.trim_once(l.step);
         append_metrics(
             &self.metrics,
             &serde_json::json!({"stage": "pretrain", "train": l}),
@@ -58,6 +72,7 @@ impl<B: Backend> BcHooks<B> for Hooks<'_> {
         let n = self.cfg.pretrain.eval_episodes;
         let summary = periodic_eval(self.cfg, &self.pb, policy, ("step", step), n, self.rec)?;
         if let Some(s) = &summary {
+            self.trim_once(step);
             append_metrics(
                 &self.metrics,
                 &serde_json::json!({"stage": "pretrain", "eval": s}),
@@ -195,6 +210,7 @@ pub fn pretrain<B: AutodiffBackend>(
         cfg,
         pb: pb.clone(),
         metrics: out_dir.join("metrics.jsonl"),
+        trimmed: false,
         rec,
     };
     let t0 = std::time::Instant::now();

@@ -1,5 +1,6 @@
 //! `diffrl grpo` / `diffrl ppo` through the real binary: a run killed with SIGKILL and resumed
-//! ends with the weights of an uninterrupted run; bad settings are refused with their cause.
+//! ends with the weights and the metrics.jsonl of an uninterrupted run; bad settings are
+//! refused with their cause.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -98,6 +99,14 @@ fn killed_with_sigkill_and_resumed_equals_uninterrupted() {
             wa == wb,
             "{algo}: weights after kill + resume differ from the uninterrupted run"
         );
+        // The resumed log reads as an uninterrupted one: each iteration once, in order.
+        let its: Vec<u64> = std::fs::read_to_string(b.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["train"]["iteration"].as_u64())
+            .collect();
+        assert_eq!(its, (1..=30).collect::<Vec<u64>>(), "{algo}: metrics.jsonl");
         let before = std::fs::read(PathBuf::from(&policy).join("model.safetensors")).unwrap();
         assert!(wa != before, "{algo}: fine-tuning changed nothing");
     }

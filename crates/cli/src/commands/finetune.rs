@@ -21,7 +21,7 @@ use crate::config::{self, RunConfig};
 use crate::device::DeviceArg;
 use crate::envs::{check_spec, env_spec, vec_env};
 use crate::evaluation::{final_eval, periodic_eval};
-use crate::progress::{append_metrics, bar};
+use crate::progress::{append_metrics, bar, trim_metrics};
 use crate::viz::Recording;
 
 /// `diffrl grpo` / `diffrl ppo`.
@@ -69,6 +69,8 @@ struct Hooks<'a> {
     cfg: &'a RunConfig,
     pb: ProgressBar,
     metrics: PathBuf,
+    /// Whether the log has been trimmed to the work this run continues (at its first line).
+    trimmed: bool,
     stage: &'static str,
     rec: &'a dyn Recorder,
 }
@@ -128,6 +130,11 @@ impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
         }
         self.pb.set_position(l.iteration as u64);
         self.pb.set_message(msg);
+        if !self.trimmed {
+            // The run's first line: iterations up to l.iteration - 1 are what it continues.
+            trim_metrics(&self.metrics, "iteration", l.iteration as u64 - 1);
+            self.trimmed = true;
+        }
         append_metrics(
             &self.metrics,
             &serde_json::json!({"stage": self.stage, "train": l}),
@@ -265,6 +272,7 @@ pub fn finetune<B: AutodiffBackend>(
         cfg,
         pb: pb.clone(),
         metrics: out_dir.join("metrics.jsonl"),
+        trimmed: false,
         stage,
         rec,
     };
@@ -357,6 +365,13 @@ pub fn finetune_cmd(
             "{} already holds a fine-tuning run: pass --resume to continue it, or choose another --out",
             out_dir.display()
         );
+    }
+    if args.resume && !out_dir.join("train_state").exists() {
+        writeln!(
+            out,
+            "{stage}: --resume: {} holds no saved state; starting from iteration 0",
+            out_dir.display()
+        )?;
     }
     let episodes = args.eval_episodes.unwrap_or(cfg.eval.episodes);
     let recording = Recording::open(
