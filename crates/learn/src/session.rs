@@ -120,9 +120,10 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
     /// With `resume`, continues from `out/train_state` when it exists: loads the policy, its
     /// optimiser and the counters, and returns the folder for the learner's own files (critic,
     /// implicit PRM). A state written with another config, policy, seed or algorithm is refused,
-    /// except for `iterations`: it only bounds the loop and schedules the last checkpoint and
-    /// the evaluations (every learning rate is constant), so a run can be extended, though not
-    /// cut below the iterations it has done.
+    /// except for `iterations`: it bounds the loop, schedules the last checkpoint and the
+    /// evaluations, and spans `min_lr_ratio`'s schedule (with a constant rate, the default, an
+    /// extended run is the longer run exactly), so a run can be extended, though not cut below
+    /// the iterations it has done.
     pub fn resume(&mut self, resume: bool) -> Result<Option<PathBuf>, LearnError> {
         let dir = self.out.join(STATE_DIR);
         let saved: Option<TrainState> = if resume {
