@@ -188,14 +188,7 @@ impl RerunRecorder {
                     .map_err(crate::view::spawn_error)?;
                 // Give the viewer time to bind (Rerun's own wait panics in debug builds when
                 // it does not); if it never does, the sink warns and training goes on.
-                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], info.port));
-                let t0 = std::time::Instant::now();
-                while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200))
-                    .is_err()
-                    && t0.elapsed() < Duration::from_secs(10)
-                {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
+                wait_listening(std::net::SocketAddr::from(([127, 0, 0, 1], info.port)));
                 let url = format!("rerun+http://127.0.0.1:{}/proxy", info.port);
                 (Self::guarded(builder(), &url)?, SinkKind::Network)
             }
@@ -215,6 +208,14 @@ impl RerunRecorder {
                         addr: format!("{bind}:{port}"),
                         message: e.to_string(),
                     })?;
+                // Rerun's server binds in the background: return once it listens, so that a
+                // viewer started right after `open` is not refused.
+                let local = if bind.is_unspecified() {
+                    std::net::IpAddr::from([127, 0, 0, 1])
+                } else {
+                    *bind
+                };
+                wait_listening(std::net::SocketAddr::new(local, *port));
                 (rec, SinkKind::Network)
             }
         };
@@ -945,6 +946,17 @@ impl Recorder for RerunRecorder {
                 self.rec.flush_with_timeout(Duration::from_secs(10)),
             );
         }
+    }
+}
+
+/// Waits (at most 10 s) until `addr` accepts a TCP connection: a viewer or server that Rerun
+/// starts binds on its own thread. Returns either way; a sink that never connects warns.
+fn wait_listening(addr: std::net::SocketAddr) {
+    let t0 = std::time::Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err()
+        && t0.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

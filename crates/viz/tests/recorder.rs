@@ -329,19 +329,7 @@ impl Relay {
                     break;
                 }
                 let Ok(down) = down else { continue };
-                // The viewer's server starts in the background and may not listen yet (seen
-                // refused on a loaded machine): retry, as a viewer's network path would hold
-                // the connection until the viewer is up. Bounded by HANG.
-                let deadline = std::time::Instant::now() + HANG;
-                let up = loop {
-                    match std::net::TcpStream::connect(("127.0.0.1", upstream)) {
-                        Ok(up) => break up,
-                        Err(e) if std::time::Instant::now() > deadline => {
-                            panic!("the viewer never listened: {e}")
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                    }
-                };
+                let up = std::net::TcpStream::connect(("127.0.0.1", upstream)).unwrap();
                 let mut list = c.lock().unwrap();
                 list.push(down.try_clone().unwrap());
                 list.push(up.try_clone().unwrap());
