@@ -16,7 +16,7 @@ use diffrl_policy::{Policy, PolicySpec, Vocabulary, checkpoint};
 use indicatif::ProgressBar;
 
 use crate::config::RunConfig;
-use crate::envs::{check_spec, env_spec, observe_recorded};
+use crate::envs::{check_spec, env_spec, observe_recorded, privileged_recorded};
 use crate::evaluation::{final_eval, periodic_eval};
 use crate::progress::{append_metrics, bar, trim_metrics};
 
@@ -107,6 +107,24 @@ pub fn pretrain<B: AutodiffBackend>(
         )
     })?;
     let mut episodes = ds.episodes("observation.state")?;
+    // The auxiliary target of the image encoder: read off the recorded states before they
+    // become observations.
+    let env = env_spec(cfg)?;
+    let privileged = if cfg.policy.encoder.image.aux_weight > 0.0 && env.image.is_some() {
+        let p = privileged_recorded(&cfg.env, &episodes)
+            .with_context(|| format!("reading privileged values from {}", dataset.display()))?;
+        if p.iter().flatten().all(Vec::is_empty) {
+            bail!(
+                "[policy.encoder.image] aux_weight = {} asks for an auxiliary target, but the \
+                 task {} names no privileged values; set it to 0",
+                cfg.policy.encoder.image.aux_weight,
+                cfg.task
+            );
+        }
+        Some(p)
+    } else {
+        None
+    };
     observe_recorded(&cfg.env, &mut episodes).with_context(|| {
         format!(
             "[env] observes {} with {}",
@@ -116,7 +134,6 @@ pub fn pretrain<B: AutodiffBackend>(
     })?;
     let norm = fit_normalizers(&episodes)
         .with_context(|| format!("checking the dataset {}", dataset.display()))?;
-    let env = env_spec(cfg)?;
     let frames = episodes
         .iter()
         .find_map(|e| e.observations.first())
@@ -141,6 +158,10 @@ pub fn pretrain<B: AutodiffBackend>(
         text: env.text,
         agents: env.agents,
         entities: env.entities.clone(),
+        aux: privileged
+            .as_ref()
+            .and_then(|p| p.iter().flatten().next())
+            .map_or(0, Vec::len),
     };
     if spec.image.is_none() {
         for o in episodes.iter_mut().flat_map(|e| e.observations.iter_mut()) {
@@ -190,6 +211,13 @@ pub fn pretrain<B: AutodiffBackend>(
         policy.tokenizer(),
     )
     .with_context(|| format!("building training samples from {}", dataset.display()))?;
+    // An initial policy without the head (DAgger's later rounds of an older policy) ignores it.
+    let data = match privileged {
+        Some(p) if policy.has_aux_head() => data
+            .with_aux(&p)
+            .with_context(|| format!("privileged values of {}", dataset.display()))?,
+        _ => data,
+    };
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     writeln!(
         out,

@@ -31,6 +31,27 @@ pub(crate) fn observe_recorded(env: &EnvSection, episodes: &mut [Episode]) -> an
     Ok(())
 }
 
+/// The privileged values ([`diffrl_core::task::Task::privileged_recorded`]) of every recorded
+/// frame of `episodes`: one list per episode, one vector per frame.
+pub(crate) fn privileged_recorded(
+    env: &EnvSection,
+    episodes: &[Episode],
+) -> anyhow::Result<Vec<Vec<Vec<f32>>>> {
+    episodes
+        .iter()
+        .enumerate()
+        .map(|(i, ep)| {
+            ep.observations
+                .iter()
+                .map(|o| {
+                    env.privileged_recorded(&o.state)
+                        .map_err(|m| anyhow::anyhow!("episode {i} {m}"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// The policy spec the configured environment produces.
 pub fn env_spec(cfg: &RunConfig) -> anyhow::Result<PolicySpec> {
     let env = cfg.env.build();
@@ -45,6 +66,7 @@ pub fn env_spec(cfg: &RunConfig) -> anyhow::Result<PolicySpec> {
         text: space.text,
         agents: space.agents,
         entities: space.entities,
+        aux: 0,
     })
 }
 

@@ -62,6 +62,8 @@ pub trait DynTask: Send + Sync + 'static {
     fn observation(&self, env: &EnvSection) -> String;
     /// [`Task::observe_recorded`].
     fn observe_recorded(&self, env: &EnvSection, state: &[f32]) -> Result<Vec<f32>, String>;
+    /// [`Task::privileged_recorded`].
+    fn privileged_recorded(&self, env: &EnvSection, state: &[f32]) -> Result<Vec<f32>, String>;
     /// [`Task::image_size`].
     fn image_size(&self, env: &EnvSection) -> Option<u32>;
     /// [`Task::stages`].
@@ -168,6 +170,9 @@ impl<T: Task> DynTask for T {
     }
     fn observe_recorded(&self, env: &EnvSection, state: &[f32]) -> Result<Vec<f32>, String> {
         Task::observe_recorded(self, typed(&env.config, Task::name(self)), state)
+    }
+    fn privileged_recorded(&self, env: &EnvSection, state: &[f32]) -> Result<Vec<f32>, String> {
+        Task::privileged_recorded(self, typed(&env.config, Task::name(self)), state)
     }
     fn image_size(&self, env: &EnvSection) -> Option<u32> {
         Task::image_size(self, typed(&env.config, Task::name(self)))
@@ -294,6 +299,11 @@ impl EnvSection {
     /// The observation at a recorded state ([`Task::observe_recorded`]).
     pub fn observe_recorded(&self, state: &[f32]) -> Result<Vec<f32>, String> {
         self.task.observe_recorded(self, state)
+    }
+
+    /// The privileged values of a recorded state ([`Task::privileged_recorded`]).
+    pub fn privileged_recorded(&self, state: &[f32]) -> Result<Vec<f32>, String> {
+        self.task.privileged_recorded(self, state)
     }
 
     /// Side of the images the task draws ([`Task::image_size`]).

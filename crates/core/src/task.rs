@@ -116,6 +116,18 @@ pub trait Task: Send + Sync + 'static {
         let _ = config;
         Ok(state.to_vec())
     }
+    /// Values of a recorded state that a pixel observation shows but does not spell out (the
+    /// objects' positions), which behaviour cloning can ask the image encoder to recover as an
+    /// auxiliary target (`[policy.encoder.image] aux_weight`). Empty (the default): the task
+    /// names none. Used only in training: the policy never reads them.
+    fn privileged_recorded(
+        &self,
+        config: &Self::Config,
+        state: &[f32],
+    ) -> Result<Vec<f32>, String> {
+        let _ = (config, state);
+        Ok(Vec::new())
+    }
     /// Side of the images [`Task::render_state`] draws for `config` (None: no images).
     fn image_size(&self, config: &Self::Config) -> Option<u32> {
         let _ = config;

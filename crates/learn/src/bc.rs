@@ -191,6 +191,23 @@ pub fn train<B: AutodiffBackend>(
     if data.len == 0 {
         return Err(LearnError::Data("no training samples".into()));
     }
+    match (&data.aux, policy.has_aux_head()) {
+        (None, true) => {
+            return Err(LearnError::Data(
+                "the policy has an auxiliary head ([policy.encoder.image] aux_weight > 0) but \
+                 the training samples carry no privileged values"
+                    .into(),
+            ));
+        }
+        (Some(a), true) if a.dim != policy.spec.aux => {
+            return Err(LearnError::Data(format!(
+                "the training samples carry {} privileged values, the policy's auxiliary head \
+                 predicts {}",
+                a.dim, policy.spec.aux
+            )));
+        }
+        _ => {}
+    }
     let device = policy_device(&policy);
     let mut optim = AdamWConfig::new()
         .with_weight_decay(cfg.weight_decay as f32)
@@ -238,7 +255,20 @@ pub fn train<B: AutodiffBackend>(
             .collect();
         let (o, a) = data.gather(&idx);
         let px = data.gather_images(&idx);
+        let aux = data.gather_aux(&idx);
+        let aux_dim = data.aux.as_ref().map_or(0, |a| a.dim);
         let b = idx.len();
+        // [rows] of the batch's auxiliary targets as [n, A].
+        let aux_rows = |rows: std::ops::Range<usize>| {
+            let v = aux.as_ref()?;
+            Some(Tensor::<B, 2>::from_data(
+                TensorData::new(
+                    v[rows.start * aux_dim..rows.end * aux_dim].to_vec(),
+                    [rows.len(), aux_dim],
+                ),
+                &device,
+            ))
+        };
         // [rows] of the batch's images as [n, To, C, H, W].
         let images = |rows: std::ops::Range<usize>| {
             let (f, px) = (data.images.as_ref()?, px.as_ref()?);
@@ -259,7 +289,7 @@ pub fn train<B: AutodiffBackend>(
                 text: data.gather_text(&idx, &device),
             };
             let actions = Tensor::<B, 3>::from_data(TensorData::new(a, [b, tp, da]), &device);
-            let loss = policy.bc_loss(&obs, actions, &mut r);
+            let loss = policy.bc_loss_aux(&obs, actions, aux_rows(0..b), &mut r);
             let loss_v = loss.clone().into_scalar().elem::<f64>();
             (
                 GradientsParams::from_grads(loss.backward(), &policy.model),
@@ -288,9 +318,12 @@ pub fn train<B: AutodiffBackend>(
                     &device,
                 );
                 let mut r = rng(derive(derive(seed, step as u64), 1 + i as u64));
-                Ok(policy
-                    .with_model(model.clone())
-                    .bc_loss(&obs, actions, &mut r))
+                Ok(policy.with_model(model.clone()).bc_loss_aux(
+                    &obs,
+                    actions,
+                    aux_rows(rows),
+                    &mut r,
+                ))
             })?
         };
         if !loss_v.is_finite() {

@@ -30,6 +30,20 @@ pub struct ChunkDataset {
     pub images: Option<Frames>,
     /// The instruction of every sample, when the policy reads text.
     pub text: Option<TaskTokens>,
+    /// Every sample's privileged values, when behaviour cloning has an auxiliary target
+    /// ([`ChunkDataset::with_aux`]).
+    pub aux: Option<AuxTargets>,
+}
+
+/// The standardised privileged values of each sample's newest frame: the auxiliary target of
+/// the image encoder (`diffrl_policy::Policy::bc_loss_aux`).
+#[derive(Debug, Clone)]
+pub struct AuxTargets {
+    /// [N, dim], each column standardised over the dataset's frames (zero mean, unit spread;
+    /// a constant column stays 0).
+    pub values: Vec<f32>,
+    /// Values per sample.
+    pub dim: usize,
 }
 
 /// Each episode's instruction once, and which one each sample carries.
@@ -232,7 +246,71 @@ impl ChunkDataset {
             action_shape: [pred_horizon, da],
             images,
             text,
+            aux: None,
         })
+    }
+
+    /// Attaches the auxiliary target: `privileged[e][t]` holds the privileged values of frame
+    /// t of episode e (every episode of [`ChunkDataset::build`]'s input, in order, empty ones
+    /// included). Columns are standardised over all frames. Ragged or non-finite values are
+    /// an error naming the episode and frame.
+    pub fn with_aux(mut self, privileged: &[Vec<Vec<f32>>]) -> Result<Self, LearnError> {
+        let dim = privileged
+            .iter()
+            .flatten()
+            .map(Vec::len)
+            .next()
+            .unwrap_or(0);
+        if dim == 0 {
+            return Err(LearnError::Data(
+                "the auxiliary target has no values: the task names no privileged values".into(),
+            ));
+        }
+        let mut stats = RunningStats::new(dim);
+        let mut rows = 0;
+        for (e, ep) in privileged.iter().enumerate() {
+            for (t, v) in ep.iter().enumerate() {
+                if v.len() != dim {
+                    return Err(LearnError::Data(format!(
+                        "episode {e} frame {t}: {} privileged values, expected {dim}",
+                        v.len()
+                    )));
+                }
+                if let Some(x) = v.iter().find(|x| !x.is_finite()) {
+                    return Err(LearnError::Data(format!(
+                        "episode {e} frame {t}: non-finite privileged value {x}"
+                    )));
+                }
+                stats.push(v);
+                rows += 1;
+            }
+        }
+        if rows != self.len {
+            return Err(LearnError::Data(format!(
+                "{rows} frames of privileged values for {} samples (one per frame)",
+                self.len
+            )));
+        }
+        let (mean, std) = (stats.mean.clone(), stats.std());
+        let mut values = Vec::with_capacity(rows * dim);
+        for v in privileged.iter().flatten() {
+            values.extend(v.iter().enumerate().map(|(j, &x)| {
+                let s = if std[j] > 1e-8 { std[j] } else { 1.0 };
+                ((f64::from(x) - mean[j]) / s) as f32
+            }));
+        }
+        self.aux = Some(AuxTargets { values, dim });
+        Ok(self)
+    }
+
+    /// The auxiliary targets of samples `idx`, [B, dim] flat (None without them).
+    pub fn gather_aux(&self, idx: &[usize]) -> Option<Vec<f32>> {
+        let a = self.aux.as_ref()?;
+        let mut out = Vec::with_capacity(idx.len() * a.dim);
+        for &i in idx {
+            out.extend_from_slice(&a.values[i * a.dim..(i + 1) * a.dim]);
+        }
+        Some(out)
     }
 
     /// The instructions of samples `idx` as the tokens [`diffrl_policy::encoder::ObsTensors`]
@@ -356,6 +434,49 @@ mod tests {
         // Episodes without images build a dataset without frames.
         let plain = ChunkDataset::build(&[episode(2)], 1, 1, &norm).unwrap();
         assert!(plain.images.is_none() && plain.gather_images(&[0]).is_none());
+    }
+
+    #[test]
+    fn auxiliary_targets_are_standardised_per_sample_and_checked() {
+        let norm = fit_normalizers(&[episode(3)]).unwrap();
+        let eps = [episode(3), Episode::default(), episode(1)];
+        let d = ChunkDataset::build(&eps, 2, 1, &norm).unwrap();
+        // Column 0 is 0, 2, 4, 6 over the four frames; column 1 is constant.
+        let p = vec![
+            vec![vec![0.0, 7.0], vec![2.0, 7.0], vec![4.0, 7.0]],
+            vec![],
+            vec![vec![6.0, 7.0]],
+        ];
+        let d = d.with_aux(&p).unwrap();
+        let z = 1.0 / 5.0f32.sqrt();
+        let got = d.gather_aux(&[3, 0]).unwrap();
+        let want = [3.0 * z, 0.0, -3.0 * z, 0.0];
+        assert!(
+            got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-6),
+            "{got:?}"
+        );
+        let err = |p: &[Vec<Vec<f32>>]| {
+            let d = ChunkDataset::build(&eps, 2, 1, &norm).unwrap();
+            d.with_aux(p).unwrap_err().to_string()
+        };
+        let mut ragged = p.clone();
+        ragged[2][0] = vec![1.0];
+        assert!(
+            err(&ragged).contains("episode 2 frame 0"),
+            "{}",
+            err(&ragged)
+        );
+        let mut nan = p.clone();
+        nan[0][1][1] = f32::NAN;
+        assert!(err(&nan).contains("episode 0 frame 1"), "{}", err(&nan));
+        assert!(err(&p[..1]).contains("3 frames"), "{}", err(&p[..1]));
+        assert!(err(&[vec![vec![]]]).contains("no privileged values"));
+        assert!(
+            ChunkDataset::build(&eps, 2, 1, &norm)
+                .unwrap()
+                .gather_aux(&[0])
+                .is_none()
+        );
     }
 
     #[test]

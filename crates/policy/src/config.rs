@@ -195,6 +195,18 @@ pub struct ImageEncoderConfig {
     /// Patches: features per patch fed to the read-out.
     #[serde(skip_serializing_if = "is_default_token_dim")]
     pub token_dim: usize,
+    /// Weight of the auxiliary loss of behaviour cloning: a linear head on the newest frame's
+    /// features regresses the task's privileged values of that frame (the objects' positions,
+    /// `Task::privileged_recorded`, standardised), so the encoder learns where things are from
+    /// a dense signal rather than only through the denoising loss (docs/policy.md, "An
+    /// auxiliary target for the image encoder"). 0 (the default, left out of a serialised
+    /// config): no head, no auxiliary loss.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub aux_weight: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 const DEFAULT_PATCH_SIZE: usize = 8;
@@ -228,6 +240,7 @@ impl Default for ImageEncoderConfig {
             patch_size: DEFAULT_PATCH_SIZE,
             patch_hidden: DEFAULT_PATCH_HIDDEN,
             token_dim: DEFAULT_TOKEN_DIM,
+            aux_weight: 0.0,
         }
     }
 }
@@ -452,6 +465,11 @@ impl Validate for PolicyConfig {
             "must be >= 1",
         )?;
         ensure(im.token_dim >= 1, "encoder.image.token_dim", "must be >= 1")?;
+        ensure(
+            im.aux_weight >= 0.0 && im.aux_weight.is_finite(),
+            "encoder.image.aux_weight",
+            "must be a finite number >= 0 (0 = no auxiliary loss)",
+        )?;
         let t = &e.text;
         ensure(t.max_tokens >= 1, "encoder.text.max_tokens", "must be >= 1")?;
         ensure(t.d_model >= 1, "encoder.text.d_model", "must be >= 1")?;

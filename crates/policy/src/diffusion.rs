@@ -38,6 +38,7 @@ impl<B: Backend> DiffusionModel<B> {
         state_dim: usize,
         image: Option<ImageShape>,
         vocab_size: Option<usize>,
+        aux: usize,
         pred_horizon: usize,
         action_dim: usize,
         encoder: &EncoderConfig,
@@ -50,6 +51,7 @@ impl<B: Backend> DiffusionModel<B> {
             state_dim,
             image,
             vocab_size,
+            aux,
             encoder,
             denoiser.activation,
             device,
@@ -139,12 +141,15 @@ impl DiffusionProcess {
 
     /// Behaviour-cloning loss: mean squared error of the predicted noise (or, with sample
     /// prediction, of the predicted chunk) at uniformly drawn timesteps (docs/algorithms.md
-    /// §1). `actions`: [B, Tp, Da] normalised.
+    /// §1). `actions`: [B, Tp, Da] normalised. With `aux` = (privileged values [B, A],
+    /// weight) and an encoder that has an auxiliary head, adds weight x the head's mean squared
+    /// error on them.
     pub fn bc_loss<B: Backend>(
         &self,
         model: &DiffusionModel<B>,
         obs: &ObsTensors<B>,
         actions: Tensor<B, 3>,
+        aux: Option<(Tensor<B, 2>, f64)>,
         rng: &mut Rng,
     ) -> Tensor<B, 1> {
         let [b, tp, da] = actions.dims();
@@ -167,9 +172,15 @@ impl DiffusionProcess {
             TensorData::new(t.iter().map(|&i| i as f32).collect::<Vec<_>>(), [b]),
             &device,
         );
-        let cond = model.encoder.forward(obs);
+        let (cond, aux_pred) = model.encoder.forward_aux(obs);
         let pred = model.denoiser.forward(x_t, t_f, cond);
-        (pred - target).square().mean()
+        let loss = (pred - target).square().mean();
+        match (aux_pred, aux) {
+            (Some(p), Some((target, weight))) => {
+                loss + (p - target).square().mean().mul_scalar(weight)
+            }
+            _ => loss,
+        }
     }
 
     /// Samples a chain for a batch of observations. Steps before the last K' use `frozen` when

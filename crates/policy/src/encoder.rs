@@ -4,6 +4,7 @@
 //! the concatenation of their features.
 
 use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
@@ -33,6 +34,10 @@ pub struct ObsEncoder<B: Backend> {
     /// None without text: such policies build and draw exactly what they did before text
     /// existed (same weights, same checkpoints).
     text: Option<TextEncoder<B>>,
+    /// Behaviour cloning's auxiliary head: the newest frame's image features -> the task's
+    /// privileged values. None unless `aux_weight > 0`, the policy sees images and the task
+    /// names privileged values, so other policies' weights and checkpoints are unchanged.
+    aux: Option<Linear<B>>,
     #[module(skip)]
     act: Activation,
     #[module(skip)]
@@ -44,12 +49,15 @@ pub type ImageShape = (usize, usize, usize);
 
 impl<B: Backend> ObsEncoder<B> {
     /// An encoder for `obs_horizon` stacked states of `state_dim` (and images of `image`, and
-    /// instructions over a vocabulary of `vocab_size` tokens).
+    /// instructions over a vocabulary of `vocab_size` tokens, and an auxiliary head onto `aux`
+    /// privileged values when `cfg.image.aux_weight > 0`).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         obs_horizon: usize,
         state_dim: usize,
         image: Option<ImageShape>,
         vocab_size: Option<usize>,
+        aux: usize,
         cfg: &EncoderConfig,
         act: Activation,
         device: &B::Device,
@@ -77,11 +85,14 @@ impl<B: Backend> ObsEncoder<B> {
         };
         let text = vocab_size.map(|v| TextEncoder::new(v, &cfg.text, device));
         let text_out = text.as_ref().map_or(0, TextEncoder::out_dim);
+        let aux = (image_out > 0 && aux > 0 && cfg.image.aux_weight > 0.0)
+            .then(|| LinearConfig::new(cfg.image.out_dim, aux).init(device));
         Self {
             state_mlp,
             image,
             patches,
             text,
+            aux,
             act,
             out_dim: state_out + image_out + text_out,
         }
@@ -108,6 +119,18 @@ impl<B: Backend> ObsEncoder<B> {
     /// When the encoder reads text and `obs` carries none (`Policy::obs_tensors` refuses such
     /// observations with an error before they get here).
     pub fn forward(&self, obs: &ObsTensors<B>) -> Tensor<B, 2> {
+        self.forward_aux(obs).0
+    }
+
+    /// Whether the encoder has behaviour cloning's auxiliary head.
+    pub fn has_aux(&self) -> bool {
+        self.aux.is_some()
+    }
+
+    /// [`ObsEncoder::forward`], and the auxiliary head's prediction [B, A] from the newest
+    /// frame's image features when the encoder has the head and `obs` holds images.
+    pub fn forward_aux(&self, obs: &ObsTensors<B>) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
+        let mut aux = None;
         let [b, to, ds] = obs.state.dims();
         let mut cond = obs.state.clone().reshape([b, to * ds]);
         if let Some(mlp) = &self.state_mlp {
@@ -123,6 +146,11 @@ impl<B: Backend> ObsEncoder<B> {
             };
             if let Some(feats) = feats {
                 let d = feats.dims()[1];
+                let feats = feats.reshape([b, to, d]);
+                if let Some(head) = &self.aux {
+                    let newest = feats.clone().narrow(1, to - 1, 1).reshape([b, d]);
+                    aux = Some(head.forward(newest));
+                }
                 cond = Tensor::cat(vec![cond, feats.reshape([b, to * d])], 1);
             }
         }
@@ -133,6 +161,6 @@ impl<B: Backend> ObsEncoder<B> {
                 .expect("a language-conditioned policy needs the instruction tokens");
             cond = Tensor::cat(vec![cond, enc.forward(text)], 1);
         }
-        cond
+        (cond, aux)
     }
 }

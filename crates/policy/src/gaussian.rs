@@ -50,6 +50,7 @@ impl<B: Backend> GaussianModel<B> {
             state_dim,
             image,
             vocab_size,
+            0,
             encoder,
             Activation::Mish,
             device,

@@ -92,6 +92,11 @@ pub struct PolicySpec {
     /// by the joint planner; written out only when there are some.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entities: Vec<EntityGroup>,
+    /// Privileged values per frame that behaviour cloning's auxiliary head regresses from the
+    /// image features (`Task::privileged_recorded`; the head exists only with
+    /// `[policy.encoder.image] aux_weight > 0` and images); written out only when > 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub aux: usize,
 }
 
 fn one() -> usize {
@@ -100,6 +105,10 @@ fn one() -> usize {
 
 fn is_one(n: &usize) -> bool {
     *n == 1
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl PolicySpec {
@@ -112,6 +121,7 @@ impl PolicySpec {
             text: false,
             agents: 1,
             entities: Vec::new(),
+            aux: 0,
         }
     }
 }
@@ -304,6 +314,7 @@ impl<B: Backend> Policy<B> {
                 spec.state_dim,
                 image,
                 vocab_size,
+                spec.aux,
                 c.pred_horizon,
                 spec.action_dim,
                 &c.encoder,
@@ -607,6 +618,12 @@ impl<B: Backend> Policy<B> {
         Ok(Act { actions, sample })
     }
 
+    /// Whether the policy has behaviour cloning's auxiliary head (`spec.aux > 0`,
+    /// `aux_weight > 0`, images, a diffusion policy).
+    pub fn has_aux_head(&self) -> bool {
+        matches!(&self.model, PolicyModel::Diffusion(m) if m.encoder.has_aux())
+    }
+
     /// Behaviour-cloning loss for normalised observations and action chunks [B, Tp, Da].
     pub fn bc_loss(
         &self,
@@ -614,8 +631,25 @@ impl<B: Backend> Policy<B> {
         actions: Tensor<B, 3>,
         rng: &mut Rng,
     ) -> Tensor<B, 1> {
+        self.bc_loss_aux(obs, actions, None, rng)
+    }
+
+    /// [`Policy::bc_loss`] plus, when the policy has an auxiliary head and `aux` holds the
+    /// batch's standardised privileged values [B, spec.aux] (of each sample's newest frame),
+    /// `aux_weight` times the head's mean squared error on them. Without a head `aux` is
+    /// ignored.
+    pub fn bc_loss_aux(
+        &self,
+        obs: &ObsTensors<B>,
+        actions: Tensor<B, 3>,
+        aux: Option<Tensor<B, 2>>,
+        rng: &mut Rng,
+    ) -> Tensor<B, 1> {
         match &self.model {
-            PolicyModel::Diffusion(m) => self.process.bc_loss(m, obs, actions, rng),
+            PolicyModel::Diffusion(m) => {
+                let aux = aux.map(|t| (t, self.config.encoder.image.aux_weight));
+                self.process.bc_loss(m, obs, actions, aux, rng)
+            }
             PolicyModel::Gaussian(g) => {
                 let tp = self.config.pred_horizon;
                 -g.logp(obs, actions, tp).mean()

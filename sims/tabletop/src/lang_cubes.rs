@@ -1089,6 +1089,27 @@ impl Task for LangCubesTask {
         }
     }
 
+    /// The three cubes' centres (x, y, z of red, green, blue): what a pixel policy has to find
+    /// in its frame.
+    fn privileged_recorded(
+        &self,
+        _config: &LangCubesConfig,
+        state: &[f32],
+    ) -> Result<Vec<f32>, String> {
+        if state.len() != STATE_DIM {
+            return Err(format!(
+                "holds {}-d states; {NAME} records {STATE_DIM} values",
+                state.len()
+            ));
+        }
+        Ok((0..Color::ALL.len())
+            .flat_map(|k| {
+                let at = layout::CUBES + 7 * k;
+                state[at..at + 3].iter().copied()
+            })
+            .collect())
+    }
+
     fn image_size(&self, config: &LangCubesConfig) -> Option<u32> {
         Some(config.image_size)
     }

@@ -377,6 +377,17 @@ fn recorded_states_keep_the_instruction_and_observations_drop_it() {
         .observe_recorded(&config, &recorded[..40])
         .unwrap_err();
     assert!(err.contains("45"), "{err}");
+    // The privileged values (behaviour cloning's auxiliary target) are the cubes' centres.
+    let cubes = LangCubesTask
+        .privileged_recorded(&config, &recorded)
+        .unwrap();
+    let centre = |k: usize| recorded[layout::CUBES + 7 * k..layout::CUBES + 7 * k + 3].to_vec();
+    assert_eq!(cubes, [centre(0), centre(1), centre(2)].concat());
+    assert!(
+        LangCubesTask
+            .privileged_recorded(&config, &recorded[..40])
+            .is_err()
+    );
     // Another environment, drawing from the held-out set, takes the instruction from the state.
     let mut other = env_with(LangCubesConfig {
         instructions: InstructionSet::HeldOut,
