@@ -107,17 +107,17 @@ pub fn pretrain<B: AutodiffBackend>(
         )
     })?;
     let mut episodes = ds.episodes("observation.state")?;
-    // The auxiliary target of the image encoder: read off the recorded states before they
-    // become observations.
+    // The auxiliary target of the encoders: read off the recorded states before they become
+    // observations.
     let env = env_spec(cfg)?;
-    let privileged = if cfg.policy.encoder.image.aux_weight > 0.0 && env.image.is_some() {
+    let privileged = if cfg.policy.encoder.aux_weight > 0.0 {
         let p = privileged_recorded(&cfg.env, &episodes)
             .with_context(|| format!("reading privileged values from {}", dataset.display()))?;
         if p.iter().flatten().all(Vec::is_empty) {
             bail!(
-                "[policy.encoder.image] aux_weight = {} asks for an auxiliary target, but the \
-                 task {} names no privileged values; set it to 0",
-                cfg.policy.encoder.image.aux_weight,
+                "[policy.encoder] aux_weight = {} asks for an auxiliary target, but the task {} \
+                 names no privileged values; set it to 0",
+                cfg.policy.encoder.aux_weight,
                 cfg.task
             );
         }

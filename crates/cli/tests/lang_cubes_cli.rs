@@ -227,9 +227,10 @@ fn record_demos(config: &str, episodes: &str, out: &str) {
     .unwrap();
 }
 
-/// `[policy.encoder.image] aux_weight`: a pixel policy of lang-cubes trains with the cubes'
-/// nine coordinates as its auxiliary target (its checkpoint records them); a task that names
-/// no privileged values refuses the setting with the reason.
+/// `[policy.encoder] aux_weight`: a pixel policy of lang-cubes trains with the cubes' nine
+/// coordinates and the instruction's ten goal values as its auxiliary target (its checkpoint
+/// records their count); a task that names no privileged values refuses the setting with the
+/// reason.
 #[test]
 fn an_auxiliary_target_trains_from_the_cubes_and_is_refused_where_a_task_has_none() {
     let d = tempfile::tempdir().unwrap();
@@ -238,7 +239,7 @@ fn an_auxiliary_target_trains_from_the_cubes_and_is_refused_where_a_task_has_non
         path("c.toml"),
         "task = \"lang-cubes\"\n[env]\nobs = \"pixels\"\nimage_size = 16\nmax_episode_steps = 6\n\
          [policy]\npred_horizon = 4\naction_horizon = 2\n\
-         [policy.encoder.image]\nkind = \"patches\"\naux_weight = 1.0\n\
+         [policy.encoder]\naux_weight = 1.0\n[policy.encoder.image]\nkind = \"patches\"\n\
          [policy.denoiser]\nhidden = 16\nblocks = 1\n\
          [policy.diffusion]\ntrain_steps = 8\ndenoising_steps = 2\n\
          [pretrain]\nsteps = 2\nbatch_size = 4\nwarmup_steps = 1\neval_every = 0\n",
@@ -263,16 +264,13 @@ fn an_auxiliary_target_trains_from_the_cubes_and_is_refused_where_a_task_has_non
         &std::fs::read_to_string(d.path().join("bc/policy/policy.json")).unwrap(),
     )
     .unwrap();
-    assert_eq!(meta["spec"]["aux"], 9, "{meta}");
-    assert_eq!(
-        meta["config"]["encoder"]["image"]["aux_weight"], 1.0,
-        "{meta}"
-    );
+    assert_eq!(meta["spec"]["aux"], 9 + 10, "{meta}");
+    assert_eq!(meta["config"]["encoder"]["aux_weight"], 1.0, "{meta}");
     // Push-T's pixels come with no privileged values.
     std::fs::write(
         path("p.toml"),
         "task = \"pusht\"\n[env]\nobs = \"pixels\"\nmax_episode_steps = 5\n\
-         [policy.encoder.image]\naux_weight = 0.5\n",
+         [policy.encoder]\naux_weight = 0.5\n",
     )
     .unwrap();
     diffrl(&[

@@ -116,10 +116,11 @@ pub trait Task: Send + Sync + 'static {
         let _ = config;
         Ok(state.to_vec())
     }
-    /// Values of a recorded state that a pixel observation shows but does not spell out (the
-    /// objects' positions), which behaviour cloning can ask the image encoder to recover as an
-    /// auxiliary target (`[policy.encoder.image] aux_weight`). Empty (the default): the task
-    /// names none. Used only in training: the policy never reads them.
+    /// Values of a recorded state that the observation shows but does not spell out (the
+    /// objects' positions in a camera image, the goal an instruction names), which behaviour
+    /// cloning can ask the encoders to recover as an auxiliary target (`[policy.encoder]
+    /// aux_weight`). Empty (the default): the task names none. Used only in training: the
+    /// policy never reads them.
     fn privileged_recorded(
         &self,
         config: &Self::Config,

@@ -194,7 +194,7 @@ pub fn train<B: AutodiffBackend>(
     match (&data.aux, policy.has_aux_head()) {
         (None, true) => {
             return Err(LearnError::Data(
-                "the policy has an auxiliary head ([policy.encoder.image] aux_weight > 0) but \
+                "the policy has an auxiliary head ([policy.encoder] aux_weight > 0) but \
                  the training samples carry no privileged values"
                     .into(),
             ));

@@ -36,7 +36,7 @@ pub struct ChunkDataset {
 }
 
 /// The standardised privileged values of each sample's newest frame: the auxiliary target of
-/// the image encoder (`diffrl_policy::Policy::bc_loss_aux`).
+/// the encoders (`diffrl_policy::Policy::bc_loss_aux`).
 #[derive(Debug, Clone)]
 pub struct AuxTargets {
     /// [N, dim], each column standardised over the dataset's frames (zero mean, unit spread;

@@ -96,6 +96,15 @@ pub struct EncoderConfig {
     /// the configs and checkpoints of policies without text read as before it existed.
     #[serde(skip_serializing_if = "TextEncoderConfig::is_default")]
     pub text: TextEncoderConfig,
+    /// Weight of behaviour cloning's auxiliary loss: a linear head on the condition vector
+    /// (state, image and instruction features) regresses the task's privileged values of the
+    /// newest frame (`Task::privileged_recorded`, standardised: lang-cubes' cube centres and
+    /// the instruction's goal), so the encoders learn where things are and what the words ask
+    /// from a dense signal, not only through the denoising loss (docs/policy.md, "An auxiliary
+    /// target for the encoders"). The policy never reads the privileged values. 0 (the
+    /// default, left out of a serialised config): no head, no auxiliary loss.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub aux_weight: f64,
 }
 
 impl Default for EncoderConfig {
@@ -105,6 +114,7 @@ impl Default for EncoderConfig {
             state_out: 64,
             image: ImageEncoderConfig::default(),
             text: TextEncoderConfig::default(),
+            aux_weight: 0.0,
         }
     }
 }
@@ -195,14 +205,6 @@ pub struct ImageEncoderConfig {
     /// Patches: features per patch fed to the read-out.
     #[serde(skip_serializing_if = "is_default_token_dim")]
     pub token_dim: usize,
-    /// Weight of the auxiliary loss of behaviour cloning: a linear head on the newest frame's
-    /// features regresses the task's privileged values of that frame (the objects' positions,
-    /// `Task::privileged_recorded`, standardised), so the encoder learns where things are from
-    /// a dense signal rather than only through the denoising loss (docs/policy.md, "An
-    /// auxiliary target for the image encoder"). 0 (the default, left out of a serialised
-    /// config): no head, no auxiliary loss.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub aux_weight: f64,
 }
 
 fn is_zero(v: &f64) -> bool {
@@ -240,7 +242,6 @@ impl Default for ImageEncoderConfig {
             patch_size: DEFAULT_PATCH_SIZE,
             patch_hidden: DEFAULT_PATCH_HIDDEN,
             token_dim: DEFAULT_TOKEN_DIM,
-            aux_weight: 0.0,
         }
     }
 }
@@ -466,8 +467,8 @@ impl Validate for PolicyConfig {
         )?;
         ensure(im.token_dim >= 1, "encoder.image.token_dim", "must be >= 1")?;
         ensure(
-            im.aux_weight >= 0.0 && im.aux_weight.is_finite(),
-            "encoder.image.aux_weight",
+            self.encoder.aux_weight >= 0.0 && self.encoder.aux_weight.is_finite(),
+            "encoder.aux_weight",
             "must be a finite number >= 0 (0 = no auxiliary loss)",
         )?;
         let t = &e.text;

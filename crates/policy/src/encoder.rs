@@ -34,9 +34,9 @@ pub struct ObsEncoder<B: Backend> {
     /// None without text: such policies build and draw exactly what they did before text
     /// existed (same weights, same checkpoints).
     text: Option<TextEncoder<B>>,
-    /// Behaviour cloning's auxiliary head: the newest frame's image features -> the task's
-    /// privileged values. None unless `aux_weight > 0`, the policy sees images and the task
-    /// names privileged values, so other policies' weights and checkpoints are unchanged.
+    /// Behaviour cloning's auxiliary head: the condition vector -> the task's privileged
+    /// values. None unless `aux_weight > 0` and the task names privileged values, so other
+    /// policies' weights and checkpoints are unchanged.
     aux: Option<Linear<B>>,
     #[module(skip)]
     act: Activation,
@@ -50,7 +50,7 @@ pub type ImageShape = (usize, usize, usize);
 impl<B: Backend> ObsEncoder<B> {
     /// An encoder for `obs_horizon` stacked states of `state_dim` (and images of `image`, and
     /// instructions over a vocabulary of `vocab_size` tokens, and an auxiliary head onto `aux`
-    /// privileged values when `cfg.image.aux_weight > 0`).
+    /// privileged values when `cfg.aux_weight > 0`).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         obs_horizon: usize,
@@ -85,8 +85,9 @@ impl<B: Backend> ObsEncoder<B> {
         };
         let text = vocab_size.map(|v| TextEncoder::new(v, &cfg.text, device));
         let text_out = text.as_ref().map_or(0, TextEncoder::out_dim);
-        let aux = (image_out > 0 && aux > 0 && cfg.image.aux_weight > 0.0)
-            .then(|| LinearConfig::new(cfg.image.out_dim, aux).init(device));
+        let out_dim = state_out + image_out + text_out;
+        let aux =
+            (aux > 0 && cfg.aux_weight > 0.0).then(|| LinearConfig::new(out_dim, aux).init(device));
         Self {
             state_mlp,
             image,
@@ -94,7 +95,7 @@ impl<B: Backend> ObsEncoder<B> {
             text,
             aux,
             act,
-            out_dim: state_out + image_out + text_out,
+            out_dim,
         }
     }
 
@@ -127,10 +128,9 @@ impl<B: Backend> ObsEncoder<B> {
         self.aux.is_some()
     }
 
-    /// [`ObsEncoder::forward`], and the auxiliary head's prediction [B, A] from the newest
-    /// frame's image features when the encoder has the head and `obs` holds images.
+    /// [`ObsEncoder::forward`], and the auxiliary head's prediction [B, A] from the condition
+    /// when the encoder has the head.
     pub fn forward_aux(&self, obs: &ObsTensors<B>) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
-        let mut aux = None;
         let [b, to, ds] = obs.state.dims();
         let mut cond = obs.state.clone().reshape([b, to * ds]);
         if let Some(mlp) = &self.state_mlp {
@@ -146,11 +146,6 @@ impl<B: Backend> ObsEncoder<B> {
             };
             if let Some(feats) = feats {
                 let d = feats.dims()[1];
-                let feats = feats.reshape([b, to, d]);
-                if let Some(head) = &self.aux {
-                    let newest = feats.clone().narrow(1, to - 1, 1).reshape([b, d]);
-                    aux = Some(head.forward(newest));
-                }
                 cond = Tensor::cat(vec![cond, feats.reshape([b, to * d])], 1);
             }
         }
@@ -161,6 +156,7 @@ impl<B: Backend> ObsEncoder<B> {
                 .expect("a language-conditioned policy needs the instruction tokens");
             cond = Tensor::cat(vec![cond, enc.forward(text)], 1);
         }
+        let aux = self.aux.as_ref().map(|head| head.forward(cond.clone()));
         (cond, aux)
     }
 }

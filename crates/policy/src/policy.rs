@@ -93,8 +93,8 @@ pub struct PolicySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entities: Vec<EntityGroup>,
     /// Privileged values per frame that behaviour cloning's auxiliary head regresses from the
-    /// image features (`Task::privileged_recorded`; the head exists only with
-    /// `[policy.encoder.image] aux_weight > 0` and images); written out only when > 0.
+    /// condition vector (`Task::privileged_recorded`; the head exists only with
+    /// `[policy.encoder] aux_weight > 0`); written out only when > 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub aux: usize,
 }
@@ -619,7 +619,7 @@ impl<B: Backend> Policy<B> {
     }
 
     /// Whether the policy has behaviour cloning's auxiliary head (`spec.aux > 0`,
-    /// `aux_weight > 0`, images, a diffusion policy).
+    /// `aux_weight > 0`, a diffusion policy).
     pub fn has_aux_head(&self) -> bool {
         matches!(&self.model, PolicyModel::Diffusion(m) if m.encoder.has_aux())
     }
@@ -647,7 +647,7 @@ impl<B: Backend> Policy<B> {
     ) -> Tensor<B, 1> {
         match &self.model {
             PolicyModel::Diffusion(m) => {
-                let aux = aux.map(|t| (t, self.config.encoder.image.aux_weight));
+                let aux = aux.map(|t| (t, self.config.encoder.aux_weight));
                 self.process.bc_loss(m, obs, actions, aux, rng)
             }
             PolicyModel::Gaussian(g) => {

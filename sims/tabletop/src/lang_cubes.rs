@@ -1089,8 +1089,9 @@ impl Task for LangCubesTask {
         }
     }
 
-    /// The three cubes' centres (x, y, z of red, green, blue): what a pixel policy has to find
-    /// in its frame.
+    /// The three cubes' centres (x, y, z of red, green, blue: what a pixel policy has to find
+    /// in its frame), then the recorded instruction's goal ([`Instruction::one_hot`]: what the
+    /// words ask, the same 10 values `goal_in_state` shows).
     fn privileged_recorded(
         &self,
         _config: &LangCubesConfig,
@@ -1102,12 +1103,21 @@ impl Task for LangCubesTask {
                 state.len()
             ));
         }
-        Ok((0..Color::ALL.len())
+        let s: Vec<f64> = state.iter().map(|&v| f64::from(v)).collect();
+        let (instruction, _) = recorded_instruction(&s).ok_or_else(|| {
+            format!(
+                "records instruction_index {} and paraphrase_index {}, not valid indices",
+                state[INSTRUCTION_INDEX], state[PARAPHRASE_INDEX]
+            )
+        })?;
+        let mut v: Vec<f32> = (0..Color::ALL.len())
             .flat_map(|k| {
                 let at = layout::CUBES + 7 * k;
                 state[at..at + 3].iter().copied()
             })
-            .collect())
+            .collect();
+        v.extend(instruction.one_hot());
+        Ok(v)
     }
 
     fn image_size(&self, config: &LangCubesConfig) -> Option<u32> {

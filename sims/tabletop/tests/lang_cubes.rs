@@ -377,12 +377,19 @@ fn recorded_states_keep_the_instruction_and_observations_drop_it() {
         .observe_recorded(&config, &recorded[..40])
         .unwrap_err();
     assert!(err.contains("45"), "{err}");
-    // The privileged values (behaviour cloning's auxiliary target) are the cubes' centres.
-    let cubes = LangCubesTask
+    // The privileged values (behaviour cloning's auxiliary target) are the cubes' centres and
+    // the instruction's goal.
+    let privileged = LangCubesTask
         .privileged_recorded(&config, &recorded)
         .unwrap();
     let centre = |k: usize| recorded[layout::CUBES + 7 * k..layout::CUBES + 7 * k + 3].to_vec();
-    assert_eq!(cubes, [centre(0), centre(1), centre(2)].concat());
+    let goal = Instruction::parse("put blue right of red")
+        .unwrap()
+        .one_hot();
+    assert_eq!(
+        privileged,
+        [centre(0), centre(1), centre(2), goal.to_vec()].concat()
+    );
     assert!(
         LangCubesTask
             .privileged_recorded(&config, &recorded[..40])

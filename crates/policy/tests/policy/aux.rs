@@ -1,6 +1,6 @@
-//! Behaviour cloning's auxiliary target: a linear head on the newest frame's image features
-//! regresses privileged values (where an object is). It exists only when asked for, learns
-//! the object's position from the pixels, and survives a checkpoint.
+//! Behaviour cloning's auxiliary target: a linear head on the condition vector regresses
+//! privileged values (where an object is). It exists only when asked for, learns the object's
+//! position from the pixels, and survives a checkpoint.
 
 use crate::common;
 
@@ -23,7 +23,7 @@ fn config(aux_weight: f64) -> PolicyConfig {
     cfg.encoder.image.patch_hidden = 16;
     cfg.encoder.image.token_dim = 8;
     cfg.encoder.image.out_dim = 16;
-    cfg.encoder.image.aux_weight = aux_weight;
+    cfg.encoder.aux_weight = aux_weight;
     cfg
 }
 
@@ -85,21 +85,22 @@ fn the_head_exists_only_when_asked_for() {
     // same network.
     assert_eq!(params(config(1.0), spec(0)), (false, n));
     assert_eq!(params(config(0.0), spec(2)), (false, n));
-    // Both: one linear map from the frame's 16 features onto the 2 values.
-    assert_eq!(params(config(1.0), spec(2)), (true, n + 16 * 2 + 2));
-    // A state policy has no frames to read: no head.
+    // Both: one linear map from the condition (2 states of 3, 2 frames of 16 features) onto
+    // the 2 values.
+    assert_eq!(params(config(1.0), spec(2)), (true, n + (6 + 32) * 2 + 2));
+    // A state policy gets one too, reading its states.
     let state = PolicySpec {
         aux: 2,
         ..PolicySpec::flat(3, 2)
     };
-    assert!(!params(config(1.0), state).0);
+    assert!(params(config(1.0), state).0);
     // The spec and config of a policy without the head serialise as before the head existed.
     let v = serde_json::to_value(spec(0)).unwrap();
     assert!(v.get("aux").is_none(), "{v}");
     let v = serde_json::to_value(config(0.0)).unwrap();
-    assert!(v["encoder"]["image"].get("aux_weight").is_none(), "{v}");
+    assert!(v["encoder"].get("aux_weight").is_none(), "{v}");
     let mut bad = config(-1.0);
-    bad.encoder.image.aux_weight = f64::NAN;
+    bad.encoder.aux_weight = f64::NAN;
     assert!(Policy::<B>::new(bad, spec(2), norm(), 0, &Default::default()).is_err());
     assert!(Policy::<B>::new(config(-1.0), spec(2), norm(), 0, &Default::default()).is_err());
 }
