@@ -25,7 +25,9 @@ out=${OUT:-target/bench_vla.jsonl}
 mkdir -p "$(dirname "$out")"
 : > "$out"
 
-run_torch() { "$PY" tools/bench_vla_torch.py --threads "$1" --repeats "$repeats"; }
+# configs/vla.toml has FiLM and sample prediction since 2026-11-27 (the speed table of docs/vla.md
+# predates them: drop these two flags, and those lines of the config, to rerun it).
+run_torch() { "$PY" tools/bench_vla_torch.py --threads "$1" --repeats "$repeats" --film --prediction sample; }
 
 # ---- Rust side: `diffrl bench vla` prints the same JSON lines with "impl": "diffrl".
 # Burn's Flex backend and diffrl run on rayon, so RAYON_NUM_THREADS sets the thread count.
