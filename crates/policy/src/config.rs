@@ -471,6 +471,11 @@ impl Validate for PolicyConfig {
             "encoder.aux_weight",
             "must be a finite number >= 0 (0 = no auxiliary loss)",
         )?;
+        ensure(
+            self.encoder.aux_weight == 0.0 || self.kind == PolicyKind::Diffusion,
+            "encoder.aux_weight",
+            "applies to diffusion policies only (kind = \"diffusion\"); set it to 0",
+        )?;
         let t = &e.text;
         ensure(t.max_tokens >= 1, "encoder.text.max_tokens", "must be >= 1")?;
         ensure(t.d_model >= 1, "encoder.text.d_model", "must be >= 1")?;

@@ -146,6 +146,19 @@ pub fn recorded_instruction(state: &[f64]) -> Option<(Instruction, usize)> {
     Some((INSTRUCTIONS[i], p))
 }
 
+/// The instruction a recorded state (f32, as datasets store it) holds; an error names the two
+/// invalid indices.
+fn recorded_goal(state: &[f32]) -> Result<Instruction, String> {
+    let s: Vec<f64> = state.iter().map(|&v| f64::from(v)).collect();
+    recorded_instruction(&s).map(|(i, _)| i).ok_or_else(|| {
+        format!(
+            "records instruction_index {} and paraphrase_index {}, not valid indices",
+            s.get(INSTRUCTION_INDEX).copied().unwrap_or(f64::NAN),
+            s.get(PARAPHRASE_INDEX).copied().unwrap_or(f64::NAN)
+        )
+    })
+}
+
 /// `[env]` of `lang-cubes`. `Default` is what an omitted table or key means.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -1070,14 +1083,7 @@ impl Task for LangCubesTask {
                 .map(|i| state[i])
                 .collect();
             if config.goal_in_state {
-                let s: Vec<f64> = state.iter().map(|&v| f64::from(v)).collect();
-                let (instruction, _) = recorded_instruction(&s).ok_or_else(|| {
-                    format!(
-                        "records instruction_index {} and paraphrase_index {}, not valid indices",
-                        state[INSTRUCTION_INDEX], state[PARAPHRASE_INDEX]
-                    )
-                })?;
-                observed.extend(instruction.one_hot());
+                observed.extend(recorded_goal(state)?.one_hot());
             }
             Ok(observed)
         } else {
@@ -1103,20 +1109,14 @@ impl Task for LangCubesTask {
                 state.len()
             ));
         }
-        let s: Vec<f64> = state.iter().map(|&v| f64::from(v)).collect();
-        let (instruction, _) = recorded_instruction(&s).ok_or_else(|| {
-            format!(
-                "records instruction_index {} and paraphrase_index {}, not valid indices",
-                state[INSTRUCTION_INDEX], state[PARAPHRASE_INDEX]
-            )
-        })?;
+        let goal = recorded_goal(state)?;
         let mut v: Vec<f32> = (0..Color::ALL.len())
             .flat_map(|k| {
                 let at = layout::CUBES + 7 * k;
                 state[at..at + 3].iter().copied()
             })
             .collect();
-        v.extend(instruction.one_hot());
+        v.extend(goal.one_hot());
         Ok(v)
     }
 

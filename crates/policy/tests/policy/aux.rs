@@ -103,6 +103,14 @@ fn the_head_exists_only_when_asked_for() {
     bad.encoder.aux_weight = f64::NAN;
     assert!(Policy::<B>::new(bad, spec(2), norm(), 0, &Default::default()).is_err());
     assert!(Policy::<B>::new(config(-1.0), spec(2), norm(), 0, &Default::default()).is_err());
+    // A Gaussian policy has no head to train: the setting is refused, not ignored.
+    let mut gaussian = config(1.0);
+    gaussian.kind = diffrl_policy::config::PolicyKind::Gaussian;
+    let err = Policy::<B>::new(gaussian, spec(2), norm(), 0, &Default::default())
+        .map(|_| ())
+        .expect_err("refused")
+        .to_string();
+    assert!(err.contains("aux_weight"), "{err}");
 }
 
 #[test]
