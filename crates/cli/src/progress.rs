@@ -43,7 +43,13 @@ pub(crate) fn trim_metrics(path: &Path, key: &str, done: u64) {
             .all(|k| v[k][key].as_u64().is_none_or(|n| n <= done)),
         Err(_) => true,
     };
-    let kept: Vec<&str> = text.lines().filter(keep).collect();
+    // A line without its newline was torn by a kill mid-write: drop it, or the next line
+    // appended would run into it and be lost too.
+    let whole = match text.rfind('\n') {
+        Some(end) => &text[..=end],
+        None => "",
+    };
+    let kept: Vec<&str> = whole.lines().filter(keep).collect();
     if kept.len() < text.lines().count() {
         let body: String = kept.iter().map(|l| format!("{l}\n")).collect();
         let _ = diffrl_core::fs::write_atomic(path, body.as_bytes());
@@ -78,5 +84,12 @@ mod tests {
             lines[4].to_string() + "\n"
         );
         trim_metrics(&d.path().join("absent.jsonl"), "step", 0);
+        // A last line torn by a kill mid-write is dropped, so the next append starts clean.
+        std::fs::write(&p, format!("{}\n{{\"stage\":\"grpo\",\"tra", lines[0])).unwrap();
+        trim_metrics(&p, "iteration", 1);
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            lines[0].to_string() + "\n"
+        );
     }
 }
