@@ -25,8 +25,8 @@ out=${OUT:-target/bench_vla.jsonl}
 mkdir -p "$(dirname "$out")"
 : > "$out"
 
-# configs/vla.toml has FiLM and sample prediction since 2026-11-27 (the speed table of docs/vla.md
-# predates them: drop these two flags, and those lines of the config, to rerun it).
+# configs/vla.toml has FiLM and sample prediction since 2026-11-27 (docs/vla.md's first speed
+# table; for its table of the earlier network drop these two flags and those lines of the config).
 run_torch() { "$PY" tools/bench_vla_torch.py --threads "$1" --repeats "$repeats" --film --prediction sample; }
 
 # ---- Rust side: `diffrl bench vla` prints the same JSON lines with "impl": "diffrl".
