@@ -153,6 +153,8 @@ fn bad_settings_and_mismatched_checkpoints_are_refused() {
     let kp = config(d.path(), "kp.toml", "ft_denoising_steps = 7\n");
     let e = run(&kp, &policy, &[]).unwrap_err();
     assert!(e.contains("ft_denoising_steps") && e.contains('7'), "{e}");
+    // Refused before the output folder is made (no run so far has made it).
+    assert!(!PathBuf::from(&out).exists(), "{out} made by a refused run");
     // No pretrained policy.
     let e = run(&cfg, "/nonexistent/policy", &[]).unwrap_err();
     assert!(

@@ -222,6 +222,17 @@ pub fn finetune<B: AutodiffBackend>(
             d.min_logprob_std = g.min_logprob_std;
         })
         .context("grpo.min_sampling_std / grpo.min_logprob_std")?;
+    // Checked here, before anything is printed or created, though the session applies it.
+    reference
+        .with_fine_tuned_steps(g.ft_denoising_steps)
+        .with_context(|| {
+            format!(
+                "[grpo] ft_denoising_steps = {} for the policy {} (a chain of {} steps)",
+                g.ft_denoising_steps,
+                policy_dir.display(),
+                reference.chain_len()
+            )
+        })?;
     let trainable = Policy::<B>::trainable(&reference);
     let n_env = g.groups * g.group_size;
     let mut venv = vec_env(cfg, n_env);
