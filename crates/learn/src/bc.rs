@@ -23,7 +23,7 @@ use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 
 use crate::LearnError;
-use crate::data::ChunkDataset;
+use crate::data::{ChunkDataset, random_shift};
 use crate::optim::{clip_grad_norm, ema_decay, ema_update, lr_at};
 use crate::parallel::sharded_grads;
 use crate::state::{self, STATE_DIR};
@@ -60,6 +60,12 @@ pub struct BcConfig {
     /// the whole batch on one thread. Results are bit-identical for a given seed and thread
     /// count; another count gives another (equally valid) run. On a GPU use 1.
     pub threads: usize,
+    /// Random-shift augmentation of camera images (DrQ's; Diffusion Policy's random crop):
+    /// each sample's frames are padded by this many pixels on every side (edge pixels
+    /// repeated) and cropped back at an offset drawn uniformly in [-n, n] per axis, the same
+    /// for the sample's To frames. 0 = off; ignored without images. Evaluation sees the frames
+    /// as they are.
+    pub random_shift: usize,
 }
 
 impl Default for BcConfig {
@@ -78,6 +84,7 @@ impl Default for BcConfig {
             eval_episodes: 50,
             checkpoint_every: 1_000,
             threads: 2,
+            random_shift: 0,
         }
     }
 }
@@ -104,6 +111,11 @@ impl Validate for BcConfig {
             (1..=256).contains(&self.threads),
             "threads",
             "must be in 1..=256",
+        )?;
+        ensure(
+            self.random_shift <= 16,
+            "random_shift",
+            "must be in 0..=16 pixels",
         )?;
         ensure(
             self.checkpoint_every >= 1,
@@ -254,7 +266,15 @@ pub fn train<B: AutodiffBackend>(
             .map(|_| r.random_range(0..data.len))
             .collect();
         let (o, a) = data.gather(&idx);
-        let px = data.gather_images(&idx);
+        let mut px = data.gather_images(&idx);
+        if let (Some(px), Some(f)) = (px.as_mut(), data.images.as_ref())
+            && cfg.random_shift > 0
+        {
+            // Its own stream: the batch draw and the diffusion noise stay what they were.
+            let mut rs = rng(derive(derive(seed, step as u64), u64::MAX));
+            let [h, w, c] = f.hwc;
+            random_shift(px, [idx.len(), to, c, h, w], cfg.random_shift, &mut rs);
+        }
         let aux = data.gather_aux(&idx);
         let aux_dim = data.aux.as_ref().map_or(0, |a| a.dim);
         let b = idx.len();

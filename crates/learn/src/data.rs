@@ -359,6 +359,37 @@ impl ChunkDataset {
     }
 }
 
+/// Random-shift augmentation of [B, To, C, H, W] images in place: each sample's frames are
+/// padded by `pad` pixels on every side with their edge pixels and cropped back to H x W at an
+/// offset drawn uniformly in [-pad, pad] per axis (one offset per sample, shared by its To
+/// frames, so motion between frames is kept).
+pub fn random_shift(px: &mut [f32], shape: [usize; 5], pad: usize, rng: &mut impl rand::Rng) {
+    let [b, to, c, h, w] = shape;
+    let per = to * c * h * w;
+    debug_assert_eq!(px.len(), b * per);
+    if pad == 0 || per == 0 {
+        return;
+    }
+    let p = pad as i64;
+    let mut plane = vec![0.0f32; h * w];
+    for sample in px.chunks_exact_mut(per) {
+        let (dy, dx) = (rng.random_range(-p..=p), rng.random_range(-p..=p));
+        if dy == 0 && dx == 0 {
+            continue;
+        }
+        let clamp = |v: i64, n: usize| v.clamp(0, n as i64 - 1) as usize;
+        for img in sample.chunks_exact_mut(h * w) {
+            plane.copy_from_slice(img);
+            for y in 0..h {
+                let sy = clamp(y as i64 + dy, h);
+                for x in 0..w {
+                    img[y * w + x] = plane[sy * w + clamp(x as i64 + dx, w)];
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,5 +524,55 @@ mod tests {
         e.actions[2] = vec![1.0, 2.0];
         let err = check_episodes(&[e]).unwrap_err().to_string();
         assert!(err.contains("episode 0 frame 2"), "{err}");
+    }
+
+    #[test]
+    fn random_shift_moves_each_sample_by_one_offset_and_repeats_edges() {
+        use diffrl_core::seeding::rng;
+        // Two samples of To = 2 single-channel 3x4 frames; frame f of sample s holds
+        // 100 s + 10 f + (y * 4 + x).
+        let [b, to, c, h, w] = [2usize, 2, 1, 3, 4];
+        let orig: Vec<f32> = (0..b * to * c * h * w)
+            .map(|i| {
+                let (s, f, yx) = (i / (to * h * w), (i / (h * w)) % to, i % (h * w));
+                (100 * s + 10 * f + yx) as f32
+            })
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..40 {
+            let mut px = orig.clone();
+            random_shift(&mut px, [b, to, c, h, w], 1, &mut rng(seed));
+            for s in 0..b {
+                // Recover the offset from frame 0's top-left pixel's neighbourhood: every
+                // pixel must equal the clamped source pixel of one (dy, dx) in [-1, 1]^2,
+                // the same for both frames.
+                let found: Vec<(i64, i64)> = (-1i64..=1)
+                    .flat_map(|dy| (-1i64..=1).map(move |dx| (dy, dx)))
+                    .filter(|&(dy, dx)| {
+                        (0..to).all(|f| {
+                            (0..h).all(|y| {
+                                (0..w).all(|x| {
+                                    let sy = (y as i64 + dy).clamp(0, h as i64 - 1) as usize;
+                                    let sx = (x as i64 + dx).clamp(0, w as i64 - 1) as usize;
+                                    let base = (s * to + f) * h * w;
+                                    px[base + y * w + x] == orig[base + sy * w + sx]
+                                })
+                            })
+                        })
+                    })
+                    .collect();
+                assert!(!found.is_empty(), "seed {seed} sample {s}: not one shift");
+                seen.insert(found[0]);
+            }
+            // Same seed, same shifts.
+            let mut again = orig.clone();
+            random_shift(&mut again, [b, to, c, h, w], 1, &mut rng(seed));
+            assert_eq!(px, again);
+        }
+        // Every offset in [-1, 1]^2 turns up over 80 draws.
+        assert_eq!(seen.len(), 9, "{seen:?}");
+        let mut px = orig.clone();
+        random_shift(&mut px, [b, to, c, h, w], 0, &mut rng(0));
+        assert_eq!(px, orig);
     }
 }
