@@ -543,9 +543,9 @@ mod tests {
             let mut px = orig.clone();
             random_shift(&mut px, [b, to, c, h, w], 1, &mut rng(seed));
             for s in 0..b {
-                // Recover the offset from frame 0's top-left pixel's neighbourhood: every
-                // pixel must equal the clamped source pixel of one (dy, dx) in [-1, 1]^2,
-                // the same for both frames.
+                // Find the offset: every pixel of both frames must equal the clamped
+                // source pixel of one (dy, dx) in [-1, 1]^2 (the values are distinct, so
+                // at most one offset fits).
                 let found: Vec<(i64, i64)> = (-1i64..=1)
                     .flat_map(|dy| (-1i64..=1).map(move |dx| (dy, dx)))
                     .filter(|&(dy, dx)| {
