@@ -377,13 +377,20 @@ pub fn random_shift(px: &mut [f32], shape: [usize; 5], pad: usize, rng: &mut imp
         if dy == 0 && dx == 0 {
             continue;
         }
-        let clamp = |v: i64, n: usize| v.clamp(0, n as i64 - 1) as usize;
+        // Column x of a row reads source column clamp(x + dx): a contiguous run plus the
+        // repeated edge pixel on one side.
+        let d = (dx.unsigned_abs() as usize).min(w);
         for img in sample.chunks_exact_mut(h * w) {
             plane.copy_from_slice(img);
-            for y in 0..h {
-                let sy = clamp(y as i64 + dy, h);
-                for x in 0..w {
-                    img[y * w + x] = plane[sy * w + clamp(x as i64 + dx, w)];
+            for (y, dst) in img.chunks_exact_mut(w).enumerate() {
+                let sy = (y as i64 + dy).clamp(0, h as i64 - 1) as usize;
+                let src = &plane[sy * w..(sy + 1) * w];
+                if dx >= 0 {
+                    dst[..w - d].copy_from_slice(&src[d..]);
+                    dst[w - d..].fill(src[w - 1]);
+                } else {
+                    dst[d..].copy_from_slice(&src[..w - d]);
+                    dst[..d].fill(src[0]);
                 }
             }
         }
