@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use diffrl_core::config::{Invalid, Validate, ensure};
@@ -23,8 +23,9 @@ use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 
 use crate::LearnError;
+use crate::adamw::Adam;
 use crate::data::{ChunkDataset, random_shift};
-use crate::optim::{clip_grad_norm, ema_decay, ema_update, lr_at};
+use crate::optim::{clip_factor, ema_decay, grad_norm, lr_at};
 use crate::parallel::sharded_grads;
 use crate::state::{self, STATE_DIR};
 
@@ -221,10 +222,11 @@ pub fn train<B: AutodiffBackend>(
         _ => {}
     }
     let device = policy_device(&policy);
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(cfg.weight_decay as f32)
-        .init::<B, PolicyModel<B>>();
-    let mut ema: PolicyModel<B::InnerBackend> = policy.model.valid();
+    // AdamW and the EMA of the weights, fused on the CPU (crate::adamw).
+    let adam = |ema: &PolicyModel<B::InnerBackend>| {
+        Adam::<B, PolicyModel<B>>::new(cfg.weight_decay as f32, cfg.threads, &device).with_ema(ema)
+    };
+    let mut optim = adam(&policy.model.valid())?;
     let mut start = 0;
     let state_dir = out.join(STATE_DIR);
     let saved: Option<TrainState> = if resume {
@@ -249,8 +251,15 @@ pub fn train<B: AutodiffBackend>(
                 .model
                 .clone()
                 .load_record(state::load(&state_dir, "online.mpk", &device)?);
-        ema = ema.load_record(state::load(&state_dir, "ema.mpk", &device)?);
-        optim = optim.load_record(state::load(&state_dir, "optim.mpk", &device)?);
+        let ema = policy
+            .model
+            .valid()
+            .load_record(state::load(&state_dir, "ema.mpk", &device)?);
+        optim = adam(&ema)?;
+        optim.load_record(
+            &policy.model,
+            state::load(&state_dir, "optim.mpk", &device)?,
+        )?;
         start = st.step;
     }
     let [to, ds] = data.obs_shape;
@@ -302,7 +311,7 @@ pub fn train<B: AutodiffBackend>(
                 &device,
             ))
         };
-        let (mut grads, loss_v) = if cfg.threads <= 1 {
+        let (grads, loss_v) = if cfg.threads <= 1 {
             let obs = ObsTensors {
                 state: Tensor::<B, 3>::from_data(TensorData::new(o, [b, to, ds]), &device),
                 image: images(0..b),
@@ -349,10 +358,15 @@ pub fn train<B: AutodiffBackend>(
         if !loss_v.is_finite() {
             return Err(LearnError::Diverged { step, loss: loss_v });
         }
-        let gn = clip_grad_norm(&policy.model, &mut grads, cfg.grad_clip);
+        let gn = grad_norm(&policy.model, &grads);
         let lr = lr_at(step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
-        policy.model = optim.step(lr, policy.model.clone(), grads);
-        ema = ema_update(ema, &policy.model.valid(), ema_decay(step, cfg.ema_decay));
+        policy.model = optim.step(
+            lr,
+            policy.model.clone(),
+            grads,
+            clip_factor(gn, cfg.grad_clip),
+            Some(ema_decay(step, cfg.ema_decay)),
+        )?;
         step += 1;
         window.0 += loss_v;
         window.1 += gn;
@@ -372,12 +386,13 @@ pub fn train<B: AutodiffBackend>(
         let stop = hooks.should_stop();
         let evaluate = cfg.eval_every > 0 && step % cfg.eval_every == 0 && step < cfg.steps;
         if evaluate {
-            last_eval = hooks.evaluate(step, &policy.valid().with_model(ema.clone()))?;
+            last_eval =
+                hooks.evaluate(step, &policy.valid().with_model(ema_of(&optim, &policy)?))?;
         }
         if step % cfg.checkpoint_every == 0 || step == cfg.steps || stop {
             save_state(
                 &policy,
-                &ema,
+                &ema_of(&optim, &policy)?,
                 &optim,
                 cfg,
                 seed,
@@ -392,12 +407,22 @@ pub fn train<B: AutodiffBackend>(
             break;
         }
     }
-    let ema_policy = policy.valid().with_model(ema);
+    let ema_policy = policy.valid().with_model(ema_of(&optim, &policy)?);
     Ok(BcOutcome {
         policy: ema_policy,
         steps: step,
         interrupted,
     })
+}
+
+/// The EMA of the weights `optim` keeps.
+fn ema_of<B: AutodiffBackend>(
+    optim: &Adam<B, PolicyModel<B>>,
+    policy: &Policy<B>,
+) -> Result<PolicyModel<B::InnerBackend>, LearnError> {
+    optim
+        .ema(&policy.model)
+        .ok_or_else(|| LearnError::Data("the optimiser keeps no EMA of the weights".into()))
 }
 
 fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
@@ -406,10 +431,10 @@ fn policy_device<B: Backend>(policy: &Policy<B>) -> B::Device {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn save_state<B: AutodiffBackend, O: Optimizer<PolicyModel<B>, B>>(
+fn save_state<B: AutodiffBackend>(
     policy: &Policy<B>,
     ema: &PolicyModel<B::InnerBackend>,
-    optim: &O,
+    optim: &Adam<B, PolicyModel<B>>,
     cfg: &BcConfig,
     seed: u64,
     dataset_len: usize,
@@ -419,7 +444,7 @@ fn save_state<B: AutodiffBackend, O: Optimizer<PolicyModel<B>, B>>(
 ) -> Result<(), LearnError> {
     let online = state::bytes::<B, _>(policy.model.clone().into_record(), "online.mpk")?;
     let ema_bytes = state::bytes::<B::InnerBackend, _>(ema.clone().into_record(), "ema.mpk")?;
-    let opt = state::bytes::<B, _>(optim.to_record(), "optim.mpk")?;
+    let opt = state::bytes::<B, _>(optim.to_record(&policy.model), "optim.mpk")?;
     let state = serde_json::to_vec_pretty(&TrainState {
         step,
         seed,

@@ -10,6 +10,7 @@
 //!   share), `batch` and `session` (an iteration's scored rollouts; the run's state and
 //!   checkpoints).
 
+pub mod adamw;
 pub mod advantages;
 mod batch;
 pub mod bc;

@@ -45,19 +45,37 @@ pub fn clip_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     grads: &mut GradientsParams,
     max_norm: f64,
 ) -> f64 {
-    let mut v = SquaredNorm::<B> { grads, total: None };
-    model.visit(&mut v);
-    let norm = v
-        .total
-        .map_or(0.0, |t| t.into_scalar().elem::<f64>().sqrt());
-    if max_norm > 0.0 && norm > max_norm && norm.is_finite() {
-        let mut s = Scale {
-            grads,
-            factor: max_norm / norm,
-        };
-        model.visit(&mut s);
+    let norm = grad_norm(model, grads);
+    if let Some(factor) = clip_factor(norm, max_norm) {
+        scale_grads(model, grads, factor);
     }
     norm
+}
+
+/// Global L2 norm of the gradients of `model`'s parameters.
+pub fn grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: &GradientsParams,
+) -> f64 {
+    let mut v = SquaredNorm::<B> { grads, total: None };
+    model.visit(&mut v);
+    v.total
+        .map_or(0.0, |t| t.into_scalar().elem::<f64>().sqrt())
+}
+
+/// The factor [`clip_grad_norm`] scales gradients of global norm `norm` by: `max_norm / norm`
+/// when `max_norm` > 0 and the finite `norm` exceeds it, else none.
+pub fn clip_factor(norm: f64, max_norm: f64) -> Option<f64> {
+    (max_norm > 0.0 && norm > max_norm && norm.is_finite()).then(|| max_norm / norm)
+}
+
+/// Multiplies every gradient of `model`'s parameters by `factor`.
+pub(crate) fn scale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: &mut GradientsParams,
+    factor: f64,
+) {
+    model.visit(&mut Scale { grads, factor });
 }
 
 struct Collect<B: Backend> {

@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use diffrl_core::config::Validate;
 use diffrl_policy::checkpoint::{self, write_dir_atomic};
@@ -16,6 +14,7 @@ use diffrl_reward::implicit::DpoStats;
 use serde::{Deserialize, Serialize};
 
 use crate::LearnError;
+use crate::adamw::Adam;
 use crate::batch::Batch;
 use crate::finetune::{Algorithm, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome};
 use crate::state::{self, STATE_DIR};
@@ -40,7 +39,7 @@ pub(crate) struct Session<'a, B: AutodiffBackend> {
     /// The policy being fine-tuned.
     pub policy: Policy<B>,
     /// Its AdamW state.
-    pub optim: OptimizerAdaptor<AdamW, PolicyModel<B>, B>,
+    pub optim: Adam<B, PolicyModel<B>>,
     /// The frozen pretrained policy: runs the chain steps before the fine-tuned ones during
     /// rollouts, and anchors the k3 KL.
     pub reference: &'a Policy<B::InnerBackend>,
@@ -94,9 +93,7 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
             .devices()
             .pop()
             .ok_or_else(|| LearnError::Data("the policy has no parameters".into()))?;
-        let optim = AdamWConfig::new()
-            .with_weight_decay(cfg.weight_decay as f32)
-            .init::<B, PolicyModel<B>>();
+        let optim = Adam::new(cfg.weight_decay as f32, cfg.threads, &device);
         Ok(Self {
             policy,
             optim,
@@ -159,8 +156,8 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
         }
         let model = self.policy.model.clone();
         self.policy.model = model.load_record(state::load(&dir, "online.mpk", &self.device)?);
-        let optim = std::mem::replace(&mut self.optim, AdamWConfig::new().init());
-        self.optim = optim.load_record(state::load(&dir, "optim.mpk", &self.device)?);
+        let record = state::load(&dir, "optim.mpk", &self.device)?;
+        self.optim.load_record(&self.policy.model, record)?;
         self.iteration = st.iteration;
         self.env_steps = st.env_steps;
         self.episodes = st.episodes;
@@ -210,7 +207,7 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
             ),
             (
                 "optim.mpk",
-                state::bytes::<B, _>(self.optim.to_record(), "optim.mpk")?,
+                state::bytes::<B, _>(self.optim.to_record(&self.policy.model), "optim.mpk")?,
             ),
         ];
         all.extend(files);

@@ -2,7 +2,7 @@
 //! (docs/algorithms.md §3), shared by GRPO and PPO: every fine-tuned chain step of every policy
 //! call is a sample with its own likelihood ratio, recomputed under the current parameters.
 
-use burn::optim::{GradientsParams, Optimizer};
+use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use diffrl_core::seeding::rng;
@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 
 use crate::LearnError;
 use crate::finetune::GrpoConfig;
-use crate::optim::{clip_grad_norm, lr_at};
+use crate::optim::{clip_factor, grad_norm, lr_at};
 use crate::parallel::sharded_grads_with;
 use crate::rollout::GroupRollout;
 use crate::session::Session;
@@ -88,18 +88,21 @@ pub(crate) fn policy_epoch<B: AutodiffBackend>(
     let mut epoch_kl = (0.0, 0usize);
     for idx in order.chunks(cfg.minibatch) {
         let chunk: Vec<Pair> = idx.iter().map(|&i| pairs[i]).collect();
-        let (mut grads, m) = minibatch_grads(run, kept, &chunk)?;
+        let (grads, m) = minibatch_grads(run, kept, &chunk)?;
         if !m.loss.is_finite() {
             skip_non_finite(run, acc, m.loss)?;
             continue;
         }
-        let gn = clip_grad_norm(&run.policy.model, &mut grads, cfg.grad_clip);
+        let gn = grad_norm(&run.policy.model, &grads);
         if !gn.is_finite() {
             skip_non_finite(run, acc, gn)?;
             continue;
         }
         let lr = lr_at(run.iteration, cfg.iterations, 0, cfg.lr, cfg.min_lr_ratio);
-        run.policy.model = run.optim.step(lr, run.policy.model.clone(), grads);
+        let scale = clip_factor(gn, cfg.grad_clip);
+        run.policy.model = run
+            .optim
+            .step(lr, run.policy.model.clone(), grads, scale, None)?;
         acc.add(&m, gn);
         epoch_kl.0 += m.approx_kl * m.n as f64;
         epoch_kl.1 += m.n;

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use diffrl_core::Env;
 use diffrl_core::seeding;
+use diffrl_learn::adamw::Adam;
 use rand::Rng;
 
 /// Which actions drive the benchmark.
@@ -392,9 +393,9 @@ impl BcBatch {
 /// `batch` rows cut into `shards` shards, backward, one step of `optim` at `lr`), over
 /// `repeats` steps after 3 untimed ones.
 #[allow(clippy::too_many_arguments)]
-fn time_bc_steps<B, O>(
+fn time_bc_steps<B>(
     train: &mut diffrl_policy::Policy<B>,
-    optim: &mut O,
+    optim: &mut Adam<B, diffrl_policy::PolicyModel<B>>,
     lr: f64,
     batch: usize,
     shards: usize,
@@ -405,7 +406,6 @@ fn time_bc_steps<B, O>(
 ) -> anyhow::Result<f64>
 where
     B: burn::tensor::backend::AutodiffBackend,
-    O: burn::optim::Optimizer<diffrl_policy::PolicyModel<B>, B>,
 {
     let mut times = Vec::new();
     for i in 0..repeats + 3 {
@@ -423,7 +423,7 @@ where
                 Ok(policy.bc_loss(&obs, actions, &mut r))
             },
         )?;
-        train.model = optim.step(lr, train.model.clone(), grads);
+        train.model = optim.step(lr, train.model.clone(), grads, None, None)?;
         B::sync(device).map_err(|e| anyhow::anyhow!("device sync: {e:?}"))?;
         if i >= 3 {
             times.push(t.elapsed().as_secs_f64());
@@ -441,7 +441,6 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
     device: &B::Device,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    use burn::optim::{AdamWConfig, Optimizer};
     use burn::tensor::{Tensor, TensorData};
     use diffrl_core::normalize::Normalizer;
     use diffrl_policy::encoder::ObsTensors;
@@ -489,11 +488,11 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
         &mut lines,
     )?;
     let mut train = Policy::<B>::new(cfg, spec, norm, args.seed, device)?;
-    let mut optim = AdamWConfig::new().init();
     let b = 256;
     // One BC step; then the same step with the batch cut into shards on as many threads
-    // ([pretrain].threads).
+    // ([pretrain].threads), AdamW's pass on as many (crates/learn/src/adamw.rs).
     for shards in [1usize, 2, 4].into_iter().filter(|&s| s <= threads.max(2)) {
+        let mut optim = Adam::new(1e-4, shards, device);
         let ms = time_bc_steps(
             &mut train,
             &mut optim,
@@ -516,6 +515,7 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
     // surrogate, its backward pass and an AdamW step.
     let n = args.pairs;
     let k = train.process().map_or(1, |p| p.ft_steps());
+    let mut optim = Adam::new(1e-4, 1, device);
     let mut times = Vec::new();
     for i in 0..args.repeats.min(30) + 3 {
         let rand = |len: usize, rng: &mut diffrl_core::seeding::Rng| -> Vec<f32> {
@@ -535,7 +535,7 @@ fn policy<B: burn::tensor::backend::AutodiffBackend>(
         let new = train.pair_logprobs(&obs, x, next, &steps);
         let loss = diffrl_learn::grpo::surrogate_loss(new, old, adv, None, [0.2, 0.2], 0.0);
         let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &train.model);
-        train.model = optim.step(1e-4, train.model.clone(), grads);
+        train.model = optim.step(1e-4, train.model.clone(), grads, None, None)?;
         B::sync(device).map_err(|e| anyhow::anyhow!("device sync: {e:?}"))?;
         if i >= 3 {
             times.push(t.elapsed().as_secs_f64());
@@ -568,7 +568,6 @@ fn vla<B: burn::tensor::backend::AutodiffBackend>(
     device: &B::Device,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    use burn::optim::AdamWConfig;
     use diffrl_core::normalize::Normalizer;
     use diffrl_policy::{Normalizers, Policy, Strictness, Vocabulary};
 
@@ -649,9 +648,6 @@ fn vla<B: burn::tensor::backend::AutodiffBackend>(
     )?;
     let pretrain = &cfg.pretrain;
     let b = pretrain.batch_size;
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(pretrain.weight_decay as f32)
-        .init();
     // The whole batch at once (what PyTorch's step does), then, in a run with as many threads,
     // as `diffrl pretrain` cuts it ([pretrain] threads shards, each on its own OS thread
     // whatever RAYON_NUM_THREADS says, so its line's `threads` is the shard count).
@@ -660,6 +656,7 @@ fn vla<B: burn::tensor::backend::AutodiffBackend>(
         shard_counts.push(pretrain.threads);
     }
     for shards in shard_counts {
+        let mut optim = Adam::new(pretrain.weight_decay as f32, shards, device);
         let ms = time_bc_steps(
             &mut train,
             &mut optim,
