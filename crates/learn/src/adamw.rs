@@ -235,11 +235,14 @@ fn config(weight_decay: f32) -> AdamWConfig {
     AdamWConfig::new().with_weight_decay(weight_decay)
 }
 
-/// A parameter on its way through the fused pass.
+/// A parameter on its way through the fused pass: its value and gradient as taken out of their
+/// tensors (without a copy where nothing else holds them), f32 checked.
 struct Work {
     id: ParamId,
-    p: Vec<f32>,
-    g: Option<Vec<f32>>,
+    p: TensorData,
+    g: Option<TensorData>,
+    /// Whether the parameter's tensor tracked gradients.
+    require_grad: bool,
     moments: Moments,
     ema: Option<Vec<f32>>,
 }
@@ -365,24 +368,27 @@ impl Fused {
         ema_decay: Option<f64>,
     ) -> Result<M, LearnError> {
         let ema_decay = ema_decay.filter(|_| self.ema.is_some());
-        // 1. Every parameter (the EMA blends even those without a gradient) and its gradient.
-        let mut read = ReadParams {
+        // 1. Every parameter (the EMA blends even those without a gradient) and its gradient,
+        // taken out of the module: a parameter nothing else holds gives its buffer, which the
+        // pass then updates in place.
+        let mut taker = Take {
             grads: &mut grads,
             all: ema_decay.is_some(),
             out: Vec::new(),
             error: None,
         };
-        module.visit(&mut read);
-        if let Some(e) = read.error {
+        let module = module.map(&mut taker);
+        if let Some(e) = taker.error {
             return Err(e);
         }
-        let mut work: Vec<Work> = read
+        let mut work: Vec<Work> = taker
             .out
             .into_iter()
-            .map(|(id, p, g)| Work {
+            .map(|(id, p, g, require_grad)| Work {
                 id,
                 p,
                 g,
+                require_grad,
                 moments: self.moments.remove(&id).unwrap_or_default(),
                 ema: match (ema_decay, self.ema.as_mut()) {
                     (Some(_), Some(e)) => e.remove(&id),
@@ -391,13 +397,13 @@ impl Fused {
             })
             .collect();
         for w in &work {
+            let n = w.p.num_elements();
             if let Some(e) = &w.ema
-                && e.len() != w.p.len()
+                && e.len() != n
             {
                 return Err(LearnError::Data(format!(
-                    "the EMA holds {} values for a parameter of {}",
-                    e.len(),
-                    w.p.len()
+                    "the EMA holds {} values for a parameter of {n}",
+                    e.len()
                 )));
             }
         }
@@ -406,7 +412,7 @@ impl Fused {
         let ema_consts = ema_decay.map(|d| (d as f32, (1.0 - d) as f32));
         let mut chunks = Vec::new();
         for w in &mut work {
-            let n = w.p.len();
+            let n = w.p.num_elements();
             let consts = w.g.as_ref().map(|_| {
                 let first = w.moments.time == 0;
                 if first {
@@ -429,8 +435,11 @@ impl Fused {
                     scale: scale.map(|s| s as f32),
                 }
             });
-            let mut p = w.p.as_mut_slice();
-            let mut g = w.g.as_deref().unwrap_or(&[]);
+            // f32 was checked when the values were taken.
+            let mut p = w.p.as_mut_slice::<f32>().unwrap_or_default();
+            let mut g =
+                w.g.as_ref()
+                    .map_or(&[][..], |g| g.as_slice::<f32>().unwrap_or_default());
             let mut m = w.moments.m.as_mut_slice();
             let mut v = w.moments.v.as_mut_slice();
             let mut e = w.ema.as_deref_mut();
@@ -464,20 +473,18 @@ impl Fused {
             chunks.into_iter().for_each(Chunk::run);
         }
         // 3. The new weights into the module; the state back into its maps.
-        let mut updated = HashMap::new();
+        let mut values = HashMap::new();
         for w in work {
             if let (Some(map), Some(e)) = (self.ema.as_mut(), w.ema) {
                 map.insert(w.id, e);
             }
-            if w.g.is_some() {
-                self.moments.insert(w.id, w.moments);
-                updated.insert(w.id, w.p);
-            } else if w.moments.time > 0 {
+            if w.g.is_some() || w.moments.time > 0 {
                 self.moments.insert(w.id, w.moments);
             }
+            values.insert(w.id, (w.p, w.require_grad));
         }
-        Ok(module.map(&mut WriteParams::<B> {
-            values: updated,
+        Ok(module.map(&mut Put::<B> {
+            values,
             _b: std::marker::PhantomData,
         }))
     }
@@ -489,67 +496,77 @@ fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, Learn
         .map_err(|e| LearnError::Data(format!("AdamW expects f32 parameters: {e:?}")))
 }
 
-/// Reads each parameter's value and removes its gradient.
-struct ReadParams<'a> {
+/// Takes each parameter's value (and its gradient) out of the module, leaving an empty tensor
+/// in its place until [`Put`] returns it.
+struct Take<'a> {
     grads: &'a mut GradientsParams,
     /// Also parameters without a gradient (for the EMA).
     all: bool,
-    out: Vec<(ParamId, Vec<f32>, Option<Vec<f32>>)>,
+    out: Vec<(ParamId, TensorData, Option<TensorData>, bool)>,
     error: Option<LearnError>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for ReadParams<'_> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        if self.error.is_some() {
-            return;
-        }
-        let g = self
-            .grads
-            .remove::<B::InnerBackend, D>(param.id)
-            .map(to_vec);
-        if g.is_none() && !self.all {
-            return;
-        }
-        let read = || -> Result<_, LearnError> {
-            let p = to_vec(param.val().inner())?;
-            let g = g.transpose()?;
-            if let Some(g) = &g
-                && g.len() != p.len()
-            {
-                return Err(LearnError::Data(format!(
-                    "a gradient of {} values for a parameter of {}",
-                    g.len(),
-                    p.len()
-                )));
-            }
-            Ok((param.id, p, g))
-        };
-        match read() {
-            Ok(x) => self.out.push(x),
-            Err(e) => self.error = Some(e),
-        }
+/// `data` when it holds f32 values.
+fn f32_data(data: TensorData, what: &str) -> Result<TensorData, LearnError> {
+    match data.as_slice::<f32>() {
+        Ok(_) => Ok(data),
+        Err(e) => Err(LearnError::Data(format!(
+            "AdamW expects f32 {what}s: {e:?}"
+        ))),
     }
 }
 
-/// Puts the updated values back, keeping each parameter's `require_grad`.
-struct WriteParams<B: AutodiffBackend> {
-    values: HashMap<ParamId, Vec<f32>>,
+impl<B: AutodiffBackend> ModuleMapper<B> for Take<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        if self.error.is_some() {
+            return Param::from_mapped_value(id, tensor, mapper);
+        }
+        let g = self.grads.remove::<B::InnerBackend, D>(id);
+        if g.is_none() && !self.all {
+            return Param::from_mapped_value(id, tensor, mapper);
+        }
+        let device = tensor.device();
+        let require_grad = tensor.is_require_grad();
+        let n = tensor.shape().num_elements();
+        let taken = f32_data(tensor.inner().into_data(), "parameter").and_then(|p| {
+            let g = g.map(|g| f32_data(g.into_data(), "gradient")).transpose()?;
+            if let Some(g) = &g
+                && g.num_elements() != n
+            {
+                return Err(LearnError::Data(format!(
+                    "a gradient of {} values for a parameter of {n}",
+                    g.num_elements()
+                )));
+            }
+            Ok((p, g))
+        });
+        match taken {
+            Ok((p, g)) => self.out.push((id, p, g, require_grad)),
+            Err(e) => self.error = Some(e),
+        }
+        let empty = TensorData::new(Vec::<f32>::new(), [0; D]);
+        let placeholder = Tensor::from_inner(Tensor::from_data(empty, &device));
+        Param::from_mapped_value(id, placeholder, mapper)
+    }
+}
+
+/// Puts the values [`Take`] took back, as they are after the pass, with each parameter's
+/// `require_grad`.
+struct Put<B: AutodiffBackend> {
+    values: HashMap<ParamId, (TensorData, bool)>,
     _b: std::marker::PhantomData<B>,
 }
 
-impl<B: AutodiffBackend> ModuleMapper<B> for WriteParams<B> {
+impl<B: AutodiffBackend> ModuleMapper<B> for Put<B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
-        let Some(values) = self.values.remove(&id) else {
+        let Some((data, require_grad)) = self.values.remove(&id) else {
             return Param::from_mapped_value(id, tensor, mapper);
         };
-        let device = tensor.device();
-        let shape = tensor.shape();
-        let grad = tensor.is_require_grad();
-        let inner =
-            Tensor::<B::InnerBackend, D>::from_data(TensorData::new(values, shape), &device);
+        let inner = Tensor::<B::InnerBackend, D>::from_data(data, &tensor.device());
         let mut t = Tensor::from_inner(inner);
-        if grad {
+        if require_grad {
             t = t.require_grad();
         }
         Param::from_mapped_value(id, t, mapper)

@@ -360,9 +360,10 @@ pub fn train<B: AutodiffBackend>(
         }
         let gn = grad_norm(&policy.model, &grads);
         let lr = lr_at(step, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.min_lr_ratio);
+        // The model itself, not a clone: parameters nothing else holds are updated in place.
         policy.model = optim.step(
             lr,
-            policy.model.clone(),
+            policy.model,
             grads,
             clip_factor(gn, cfg.grad_clip),
             Some(ema_decay(step, cfg.ema_decay)),
