@@ -171,7 +171,9 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Adam<B, M> {
                     crate::optim::scale_grads(&module, &mut grads, s);
                 }
                 let module = optim.step(lr, module, grads);
-                if let (Some(e), Some(d)) = (ema.take(), ema_decay) {
+                if let Some(d) = ema_decay
+                    && let Some(e) = ema.take()
+                {
                     *ema = Some(ema_update(e, &module.valid(), d));
                 }
                 Ok(module)
@@ -782,6 +784,14 @@ mod tests {
         fused.load_record(&m4, o4.to_record(&m4)).unwrap();
         let (e, _) = run(fused, 4..10, m4);
         same(&bits(&a), &bits(&e));
+        // A step without a decay leaves the EMA as it was, on either path.
+        for mut o in [mk(Adam::tensor(1e-2)), mk(Adam::fused(1e-2, 2))] {
+            let before = bits(&o.ema(&init).unwrap());
+            let m = o
+                .step(1e-2, init.clone(), grads(&init, 0), None, None)
+                .unwrap();
+            same(&bits(&o.ema(&m).unwrap()), &before);
+        }
     }
 
     #[test]
