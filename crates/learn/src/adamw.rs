@@ -11,7 +11,7 @@
 //!
 //! The arithmetic is Burn's, operation for operation in f32 (`burn-optim` 0.21's `AdamW`: the
 //! moments, the bias corrections, `m_hat / (sqrt(v_hat) + eps)`, the decoupled decay as
-//! `p * (1 - lr * wd) - delta * lr`), the clip is [`crate::optim::clip_grad_norm`]'s `g * s`
+//! `p * (1 - lr * wd) - delta * lr`), the clip is `g * s` with s [`crate::optim::clip_factor`]
 //! and the EMA [`crate::optim::ema_update`]'s `ema * d + p * (1 - d)`: every element is
 //! rounded as on the tensor path, so a run gives the same bits as with Burn's optimiser,
 //! whatever the thread count (tests below). The state converts to and from Burn's optimiser
@@ -33,6 +33,7 @@ use burn::tensor::{Tensor, TensorData};
 
 use crate::LearnError;
 use crate::optim::ema_update;
+use crate::rollout::to_vec;
 
 /// Elements per unit of parallel work.
 const CHUNK: usize = 16_384;
@@ -490,12 +491,6 @@ impl Fused {
             _b: std::marker::PhantomData,
         }))
     }
-}
-
-fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, LearnError> {
-    t.into_data()
-        .into_vec::<f32>()
-        .map_err(|e| LearnError::Data(format!("AdamW expects f32 parameters: {e:?}")))
 }
 
 /// Takes each parameter's value (and its gradient) out of the module, leaving an empty tensor

@@ -38,20 +38,6 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_> {
     }
 }
 
-/// Global L2 norm of the gradients of `model`'s parameters; when it exceeds `max_norm`
-/// (> 0), every gradient is scaled by `max_norm / norm`. Returns the norm before clipping.
-pub fn clip_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
-    model: &M,
-    grads: &mut GradientsParams,
-    max_norm: f64,
-) -> f64 {
-    let norm = grad_norm(model, grads);
-    if let Some(factor) = clip_factor(norm, max_norm) {
-        scale_grads(model, grads, factor);
-    }
-    norm
-}
-
 /// Global L2 norm of the gradients of `model`'s parameters.
 pub fn grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
@@ -63,8 +49,8 @@ pub fn grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
         .map_or(0.0, |t| t.into_scalar().elem::<f64>().sqrt())
 }
 
-/// The factor [`clip_grad_norm`] scales gradients of global norm `norm` by: `max_norm / norm`
-/// when `max_norm` > 0 and the finite `norm` exceeds it, else none.
+/// The global-norm clip: gradients of global norm `norm` are scaled by `max_norm / norm` when
+/// `max_norm` > 0 and the finite `norm` exceeds it, else left as they are (none).
 pub fn clip_factor(norm: f64, max_norm: f64) -> Option<f64> {
     (max_norm > 0.0 && norm > max_norm && norm.is_finite()).then(|| max_norm / norm)
 }

@@ -301,7 +301,8 @@ impl<B: Backend> Actor for GroupCollector<'_, B> {
     }
 }
 
-fn to_vec<B: Backend, const D: usize>(
+/// A tensor's values as f32 (read back from its device).
+pub(crate) fn to_vec<B: Backend, const D: usize>(
     t: burn::tensor::Tensor<B, D>,
 ) -> Result<Vec<f32>, LearnError> {
     t.into_data()
