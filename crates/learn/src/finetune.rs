@@ -92,6 +92,12 @@ pub struct GrpoConfig {
     pub min_lr_ratio: f64,
     /// AdamW decoupled weight decay.
     pub weight_decay: f64,
+    /// Decay per optimiser step of an exponential moving average of the fine-tuned weights
+    /// (0 = off, the default). When on, the EMA (starting from the pretrained weights) is the
+    /// policy that evaluations, `policy/` and the run's result use; the rollouts and the
+    /// update keep the online weights, which go to `policy-online/`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ema_decay: f64,
     /// Lower ratio clip epsilon.
     pub clip_low: f64,
     /// Upper ratio clip epsilon.
@@ -144,6 +150,7 @@ impl Default for GrpoConfig {
             lr: 3e-5,
             min_lr_ratio: 1.0,
             weight_decay: 0.0,
+            ema_decay: 0.0,
             clip_low: 0.01,
             clip_high: 0.01,
             beta: 0.0,
@@ -197,6 +204,11 @@ impl Validate for GrpoConfig {
         )?;
         ensure(self.weight_decay >= 0.0, "weight_decay", "must be >= 0")?;
         ensure(
+            (0.0..1.0).contains(&self.ema_decay),
+            "ema_decay",
+            "must be in [0, 1) (0 = off)",
+        )?;
+        ensure(
             self.clip_low > 0.0 && self.clip_low < 1.0,
             "clip_low",
             "must be in (0, 1)",
@@ -233,6 +245,10 @@ impl Validate for GrpoConfig {
         }
         Ok(())
     }
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// Metrics of one iteration (one line of metrics.jsonl).

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::module::Module;
+use burn::module::{AutodiffModule, Module};
 use burn::tensor::backend::AutodiffBackend;
 use diffrl_core::config::Validate;
 use diffrl_policy::checkpoint::{self, write_dir_atomic};
@@ -18,6 +18,9 @@ use crate::adamw::Adam;
 use crate::batch::Batch;
 use crate::finetune::{Algorithm, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome};
 use crate::state::{self, STATE_DIR};
+
+/// The EMA of the weights in `train_state/` (with `[grpo] ema_decay`).
+const EMA_FILE: &str = "ema.mpk";
 use crate::surrogate::UpdateAcc;
 
 /// `train_state/state.json`: what must match for a run to resume, and its counters.
@@ -33,6 +36,8 @@ struct TrainState {
 }
 
 const POLICY_DIR: &str = "policy";
+/// With `[grpo] ema_decay`, the online weights' policy (`policy/` holds the EMA's).
+const ONLINE_POLICY_DIR: &str = "policy-online";
 
 /// A fine-tuning run between iterations.
 pub(crate) struct Session<'a, B: AutodiffBackend> {
@@ -93,7 +98,10 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
             .devices()
             .pop()
             .ok_or_else(|| LearnError::Data("the policy has no parameters".into()))?;
-        let optim = Adam::new(cfg.weight_decay as f32, cfg.threads, &device);
+        let mut optim = Adam::new(cfg.weight_decay as f32, cfg.threads, &device);
+        if cfg.ema_decay > 0.0 {
+            optim = optim.with_ema(&policy.model.valid())?;
+        }
         Ok(Self {
             policy,
             optim,
@@ -156,6 +164,12 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
         }
         let model = self.policy.model.clone();
         self.policy.model = model.load_record(state::load(&dir, "online.mpk", &self.device)?);
+        if self.cfg.ema_decay > 0.0 {
+            let ema = self.policy.model.valid();
+            let ema = ema.load_record(state::load(&dir, EMA_FILE, &self.device)?);
+            self.optim = Adam::new(self.cfg.weight_decay as f32, self.cfg.threads, &self.device)
+                .with_ema(&ema)?;
+        }
         let record = state::load(&dir, "optim.mpk", &self.device)?;
         self.optim.load_record(&self.policy.model, record)?;
         self.iteration = st.iteration;
@@ -210,6 +224,12 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
                 state::bytes::<B, _>(self.optim.to_record(&self.policy.model), "optim.mpk")?,
             ),
         ];
+        if let Some(ema) = self.optim.ema(&self.policy.model) {
+            all.push((
+                EMA_FILE,
+                state::bytes::<B::InnerBackend, _>(ema.into_record(), EMA_FILE)?,
+            ));
+        }
         all.extend(files);
         all.push(("state.json", state_json));
         let info = serde_json::json!({
@@ -219,7 +239,11 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
             "env_steps": st.env_steps,
             "eval": self.last_eval,
         });
-        checkpoint::save(&self.deployed(), &self.out.join(POLICY_DIR), info)?;
+        checkpoint::save(&self.deployed(), &self.out.join(POLICY_DIR), info.clone())?;
+        if self.cfg.ema_decay > 0.0 {
+            let online = self.with_reference_base(self.policy.valid());
+            checkpoint::save(&online, &self.out.join(ONLINE_POLICY_DIR), info)?;
+        }
         let refs: Vec<(&str, &[u8])> = all.iter().map(|(n, b)| (*n, b.as_slice())).collect();
         write_dir_atomic(&self.out.join(STATE_DIR), &refs)?;
         Ok(())
@@ -279,11 +303,20 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
         }
     }
 
-    /// The policy as evaluation, checkpoints and serving see it. With K' < K the chain's early
-    /// steps ran the frozen reference in every rollout: the policy keeps it as its base, so
-    /// they sample the chain the rollouts sampled.
+    /// The policy as evaluation, checkpoints and serving see it: the EMA of the weights with
+    /// `[grpo] ema_decay`, else the online weights. With K' < K the chain's early steps ran
+    /// the frozen reference in every rollout: the policy keeps it as its base, so they sample
+    /// the chain the rollouts sampled.
     pub fn deployed(&self) -> Policy<B::InnerBackend> {
         let policy = self.policy.valid();
+        let policy = match self.optim.ema(&self.policy.model) {
+            Some(ema) => policy.with_model(ema),
+            None => policy,
+        };
+        self.with_reference_base(policy)
+    }
+
+    fn with_reference_base(&self, policy: Policy<B::InnerBackend>) -> Policy<B::InnerBackend> {
         if policy.splits_chain() {
             policy.with_base(self.reference.base_or_model().clone())
         } else {

@@ -100,9 +100,10 @@ pub(crate) fn policy_epoch<B: AutodiffBackend>(
         }
         let lr = lr_at(run.iteration, cfg.iterations, 0, cfg.lr, cfg.min_lr_ratio);
         let scale = clip_factor(gn, cfg.grad_clip);
+        let ema_decay = (cfg.ema_decay > 0.0).then_some(cfg.ema_decay);
         run.policy.model = run
             .optim
-            .step(lr, run.policy.model.clone(), grads, scale, None)?;
+            .step(lr, run.policy.model.clone(), grads, scale, ema_decay)?;
         acc.add(&m, gn);
         epoch_kl.0 += m.approx_kl * m.n as f64;
         epoch_kl.1 += m.n;

@@ -647,6 +647,64 @@ fn the_learning_rate_schedule_shortens_the_later_steps() {
     );
 }
 
+/// `[grpo] ema_decay`: the run trains the online weights exactly as without it, saves them in
+/// `policy-online/`, and deploys their moving average, which lags behind them.
+#[test]
+fn the_weight_average_is_deployed_and_leaves_training_unchanged() {
+    let d = tempfile::tempdir().unwrap();
+    let pre = pretrained(&d.path().join("bc"));
+    let run = |ema_decay: f64, name: &str| {
+        let cfg = GrpoConfig {
+            iterations: 2,
+            ema_decay,
+            ..toy_grpo()
+        };
+        let out = d.path().join(name);
+        let res = fine_tune(
+            &pre,
+            &cfg,
+            Algorithm::Grpo,
+            true,
+            &out,
+            false,
+            &mut grpo::NoHooks,
+        )
+        .unwrap();
+        (flat(&res.policy.model), out)
+    };
+    let (online, plain_dir) = run(0.0, "plain");
+    assert!(!plain_dir.join("policy-online").exists());
+    let (ema, dir) = run(0.9, "ema");
+    let device = Default::default();
+    let load = |p: &Path| {
+        flat(
+            &diffrl_policy::checkpoint::load::<CpuBackend>(p, &device)
+                .unwrap()
+                .0
+                .model,
+        )
+    };
+    assert!(
+        load(&dir.join("policy-online")) == online,
+        "the EMA changed the online weights' training"
+    );
+    assert!(load(&dir.join("policy")) == ema, "policy/ is not the EMA");
+    let dist = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(x - y).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let start = flat(&pre.model);
+    let (moved, lagged) = (dist(&online, &start), dist(&ema, &start));
+    assert!(moved > 0.0, "the update moved nothing");
+    assert!(
+        lagged > 0.0 && lagged < moved,
+        "the EMA moved {lagged} from the start, the online weights {moved}"
+    );
+}
+
 struct StopAt {
     calls: Cell<usize>,
     at: usize,
@@ -675,6 +733,15 @@ fn interrupted_resumed_and_extended_runs_equal_uninterrupted_for_grpo_and_ppo() 
         (Algorithm::Ppo, toy_grpo(), "ppo"),
         // pi_phi and its optimiser are part of the resumable state.
         (Algorithm::Grpo, implicit, "implicit"),
+        // So is the EMA of the weights.
+        (
+            Algorithm::Grpo,
+            GrpoConfig {
+                ema_decay: 0.9,
+                ..toy_grpo()
+            },
+            "ema",
+        ),
     ] {
         let cfg = GrpoConfig {
             iterations: 3,
@@ -775,6 +842,11 @@ fn bad_settings_are_refused_with_the_cause() {
         ..toy_grpo()
     });
     assert!(e.contains("min_lr_ratio") && e.contains("[0, 1]"), "{e}");
+    let e = err(GrpoConfig {
+        ema_decay: 1.0,
+        ..toy_grpo()
+    });
+    assert!(e.contains("ema_decay") && e.contains("[0, 1)"), "{e}");
     // GiGPO needs anchor cells: the toy task gives none, so gigpo_grid must be set.
     let e = err(GrpoConfig {
         advantage: AdvantageConfig {
