@@ -88,7 +88,12 @@ fn stop_on_ctrl_c(rec: Option<Weak<RerunRecorder>>) {
                 return;
             }
             let _no_more_writes = diffrl_core::fs::stop_writes();
-            eprintln!("\ninterrupted: stopped between file writes (checkpoints are whole); `diffrl run` resumes where it stopped, `diffrl pretrain/grpo/ppo` with --resume");
+            eprintln!(
+                "\ninterrupted: stopped between file writes (checkpoints are whole); `diffrl run` \
+                 resumes from the last checkpoint, `diffrl pretrain/grpo/ppo` with --resume (the \
+                 work since it, up to [pretrain].checkpoint_every steps or \
+                 [grpo].checkpoint_every iterations, runs again)"
+            );
             if let Some(r) = rec.and_then(|r| r.upgrade()) {
                 eprintln!(
                     "\ninterrupted: finishing the recording ({})",
