@@ -18,9 +18,6 @@ use crate::adamw::Adam;
 use crate::batch::Batch;
 use crate::finetune::{Algorithm, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome};
 use crate::state::{self, STATE_DIR};
-
-/// The EMA of the weights in `train_state/` (with `[grpo] ema_decay`).
-const EMA_FILE: &str = "ema.mpk";
 use crate::surrogate::UpdateAcc;
 
 /// `train_state/state.json`: what must match for a run to resume, and its counters.
@@ -38,6 +35,8 @@ struct TrainState {
 const POLICY_DIR: &str = "policy";
 /// With `[grpo] ema_decay`, the online weights' policy (`policy/` holds the EMA's).
 const ONLINE_POLICY_DIR: &str = "policy-online";
+/// The EMA of the weights in `train_state/` (with `[grpo] ema_decay`).
+const EMA_FILE: &str = "ema.mpk";
 
 /// A fine-tuning run between iterations.
 pub(crate) struct Session<'a, B: AutodiffBackend> {
