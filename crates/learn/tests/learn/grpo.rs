@@ -631,13 +631,6 @@ fn the_learning_rate_schedule_shortens_the_later_steps() {
         first == run(1, 0.0, "one-decayed"),
         "the first iteration must run at lr"
     );
-    let dist = |a: &[f32], b: &[f32]| {
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| f64::from(x - y).powi(2))
-            .sum::<f64>()
-            .sqrt()
-    };
     let constant = dist(&run(2, 1.0, "constant"), &first);
     let decayed = dist(&run(2, 0.0, "decayed"), &first);
     let ratio = decayed / constant;
@@ -689,13 +682,6 @@ fn the_weight_average_is_deployed_and_leaves_training_unchanged() {
         "the EMA changed the online weights' training"
     );
     assert!(load(&dir.join("policy")) == ema, "policy/ is not the EMA");
-    let dist = |a: &[f32], b: &[f32]| {
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| f64::from(x - y).powi(2))
-            .sum::<f64>()
-            .sqrt()
-    };
     let start = flat(&pre.model);
     let (moved, lagged) = (dist(&online, &start), dist(&ema, &start));
     assert!(moved > 0.0, "the update moved nothing");
@@ -891,6 +877,15 @@ fn bad_settings_are_refused_with_the_cause() {
 }
 
 /// Every float parameter, flattened in visit order.
+/// Euclidean distance between two flattened weight vectors.
+fn dist(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(x - y).powi(2))
+        .sum::<f64>()
+        .sqrt()
+}
+
 fn flat<M: Module<CpuBackend>>(m: &M) -> Vec<f32> {
     struct Flat(Vec<f32>);
     impl ModuleVisitor<CpuBackend> for Flat {
