@@ -21,7 +21,7 @@
 //! from the environment's observation space.
 
 use burn::module::{Initializer, Module, Param};
-use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use burn::nn::attention::{MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -121,14 +121,102 @@ fn attention<B: Backend>(d: usize, heads: usize, device: &B::Device) -> MultiHea
 }
 
 /// Layer norm over the last dimension without affine parameters.
-fn norm<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let (var, mean) = x.clone().var_mean_bias(2);
+fn norm<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let (var, mean) = x.clone().var_mean_bias(1);
     (x - mean) / (var + 1e-6).sqrt()
 }
 
-/// x * (1 + scale) + shift with [B, 1, d] modulations.
-fn modulate<B: Backend>(x: Tensor<B, 3>, shift: Tensor<B, 3>, scale: Tensor<B, 3>) -> Tensor<B, 3> {
-    x * (scale + 1.0) + shift
+/// Columns `[from, from + width)` of `linear`'s output, computed alone (one product with a
+/// slice of the weight): [B, in] -> [B, width], contiguous.
+fn linear_columns<B: Backend>(
+    linear: &Linear<B>,
+    x: Tensor<B, 2>,
+    from: usize,
+    width: usize,
+) -> Tensor<B, 2> {
+    let y = x.matmul(linear.weight.val().narrow(1, from, width));
+    match &linear.bias {
+        Some(bias) => y + bias.val().narrow(0, from, width).unsqueeze_dim(0),
+        None => y,
+    }
+}
+
+/// `x * factor` for agent-major rows ([N B, d], agent i's rows `i B..(i + 1) B`) and a
+/// per-sample [B, d] `factor`, shared by the agents.
+fn per_sample<B: Backend>(x: Tensor<B, 2>, factor: Tensor<B, 2>, add: bool) -> Tensor<B, 2> {
+    let [rows, d] = x.dims();
+    let b = factor.dims()[0];
+    let (x, f) = (x.reshape([rows / b, b * d]), factor.reshape([1, b * d]));
+    if add { x + f } else { x * f }.reshape([rows, d])
+}
+
+/// x * (1 + scale) + shift on agent-major rows, with [B, d] modulations.
+fn modulate<B: Backend>(x: Tensor<B, 2>, shift: Tensor<B, 2>, scale: Tensor<B, 2>) -> Tensor<B, 2> {
+    per_sample(per_sample(x, scale + 1.0, false), shift, true)
+}
+
+/// `rows`-row block `i` of `t` as [rows heads, d_k]: one head's values per row.
+fn heads<B: Backend>(t: &Tensor<B, 2>, i: usize, rows: usize, dk: usize) -> Tensor<B, 2> {
+    let d = t.dims()[1];
+    t.clone()
+        .narrow(0, i * rows, rows)
+        .reshape([rows * d / dk, dk])
+}
+
+/// Burn's `MultiHeadAttention::forward` without masks or dropout (the planner uses neither), on
+/// the module's own weights, for attention between blocks of rows: `queries` holds Q blocks
+/// of `rows` rows, `context` L blocks, and row r of each query block attends to row r of
+/// every context block ([Q rows, d], [L rows, d] -> [Q rows, d]). The agents' self-attention
+/// is N blocks attending to the same N; the entity cross-attention one block (all agents'
+/// rows) attending to one block per entity slot.
+///
+/// Burn's version runs every projection, and each head's score and context products, as one
+/// small matrix product per sample on the CPU backend, after copying the heads into place
+/// element by element; with a handful of tokens, that fixed cost was most of the planner's
+/// time. Here the projections are single 2-D products and the scores and weighted sums are
+/// element-wise products over [rows heads, d_k], one per pair of blocks. Same arithmetic up
+/// to the order of the sums; the checkpoints are unchanged.
+fn attend<B: Backend>(
+    mha: &MultiHeadAttention<B>,
+    queries: Tensor<B, 2>,
+    context: Tensor<B, 2>,
+    rows: usize,
+) -> Tensor<B, 2> {
+    let dk = mha.d_k;
+    let scale = 1.0 / (dk as f32).sqrt();
+    let (nq, nk) = (queries.dims()[0] / rows, context.dims()[0] / rows);
+    let q = mha.query.forward(queries);
+    let k = mha.key.forward(context.clone());
+    let v = mha.value.forward(context);
+    let d = q.dims()[1];
+    let mixed = (0..nq)
+        .map(|i| {
+            let qi = heads(&q, i, rows, dk);
+            let scores: Vec<Tensor<B, 2>> = (0..nk)
+                .map(|j| {
+                    (qi.clone() * heads(&k, j, rows, dk))
+                        .sum_dim(1)
+                        .mul_scalar(scale)
+                })
+                .collect();
+            let max = scores[1..]
+                .iter()
+                .fold(scores[0].clone(), |m, s| m.max_pair(s.clone()))
+                .detach();
+            let exps: Vec<Tensor<B, 2>> = scores
+                .into_iter()
+                .map(|s| (s - max.clone()).exp())
+                .collect();
+            let total = exps[1..].iter().fold(exps[0].clone(), |a, e| a + e.clone());
+            exps.into_iter()
+                .enumerate()
+                .map(|(j, e)| heads(&v, j, rows, dk) * (e / total.clone()))
+                .reduce(|a, b| a + b)
+                .expect("at least one context block")
+                .reshape([rows, d])
+        })
+        .collect();
+    mha.output.forward(Tensor::cat(mixed, 0))
 }
 
 impl<B: Backend> JointPlanner<B> {
@@ -176,11 +264,16 @@ impl<B: Backend> JointPlanner<B> {
 
     /// x: [B, Tp, N Da], t: [B], cond: [B, To N block] (the normalised state history, agents'
     /// blocks stacked per observation) -> predicted noise [B, Tp, N Da].
+    ///
+    /// Inside, every tensor is 2-D with one row per agent and sample, agent-major (agent i's
+    /// rows are `i B..(i + 1) B`), and entity tokens are slot-major: the layouts Burn's CPU
+    /// backend runs fastest.
     pub fn forward(&self, x: Tensor<B, 3>, t: Tensor<B, 1>, cond: Tensor<B, 2>) -> Tensor<B, 3> {
         let [n, to, block, da, d] = self.dims;
         let [b, tp, _] = x.dims();
         let device = x.device();
-        let obs = cond.reshape([b, to, n, block]).swap_dims(1, 2);
+        // [N, B, To, block]
+        let obs = cond.reshape([b, to, n, block]).permute([2, 0, 1, 3]);
         let own_index = Tensor::<B, 1, Int>::from_data(
             TensorData::new(
                 self.own.iter().map(|&i| i as i64).collect::<Vec<_>>(),
@@ -191,55 +284,58 @@ impl<B: Backend> JointPlanner<B> {
         let own = obs
             .clone()
             .select(3, own_index)
-            .reshape([b, n, to * self.own.len()]);
+            .reshape([n * b, to * self.own.len()]);
         let chunk = x
             .reshape([b, tp, n, da])
-            .swap_dims(1, 2)
-            .reshape([b, n, tp * da]);
-        let mut h = self.input.forward(Tensor::cat(vec![chunk, own], 2))
-            + self.agent_embedding.val().unsqueeze_dim::<3>(0);
+            .permute([2, 0, 1, 3])
+            .reshape([n * b, tp * da]);
+        let input = self.input.forward(Tensor::cat(vec![chunk, own], 1));
+        let agents = self.agent_embedding.val();
+        let mut h = Tensor::cat(
+            (0..n)
+                .map(|i| input.clone().narrow(0, i * b, b) + agents.clone().narrow(0, i, 1))
+                .collect(),
+            0,
+        );
+        // [slots x N B, d]
         let tokens = (!self.entities.is_empty()).then(|| {
-            let groups = self
-                .entities
-                .iter()
-                .map(|enc| {
-                    let (offset, width, count) = enc.group;
-                    let records = obs
-                        .clone()
-                        .narrow(3, offset, width * count)
-                        .reshape([b, n, to, count, width])
-                        .permute([0, 1, 3, 2, 4])
-                        .reshape([b * n * count, to * width]);
-                    enc.mlp.forward(records).reshape([b * n, count, d])
-                        + enc.slots.val().unsqueeze_dim::<3>(0)
-                })
-                .collect();
-            Tensor::cat(groups, 1)
+            let mut slots = Vec::new();
+            for enc in &self.entities {
+                let (offset, width, count) = enc.group;
+                let records = obs
+                    .clone()
+                    .narrow(3, offset, width * count)
+                    .reshape([n, b, to, count, width])
+                    .permute([3, 0, 1, 2, 4])
+                    .reshape([count * n * b, to * width]);
+                let encoded = enc.mlp.forward(records);
+                let embedding = enc.slots.val();
+                slots.extend((0..count).map(|j| {
+                    encoded.clone().narrow(0, j * n * b, n * b) + embedding.clone().narrow(0, j, 1)
+                }));
+            }
+            Tensor::cat(slots, 0)
         });
         let c = activate(self.act, self.step.forward(t));
         for blk in &self.blocks {
-            let m = blk.modulation.forward(c.clone());
-            let part = |i: usize| m.clone().narrow(1, i * d, d).unsqueeze_dim::<3>(1);
+            let part = |i: usize| linear_columns(&blk.modulation, c.clone(), i * d, d);
             if let (Some(cross), Some(tokens)) = (&blk.cross, &tokens) {
-                let q = modulate(norm(h.clone()), part(0), part(1)).reshape([b * n, 1, d]);
-                let ctx = cross
-                    .forward(MhaInput::new(q, tokens.clone(), tokens.clone()))
-                    .context
-                    .reshape([b, n, d]);
-                h = h + part(2) * ctx;
+                let q = modulate(norm(h.clone()), part(0), part(1));
+                let ctx = attend(cross, q, tokens.clone(), n * b);
+                h = h + per_sample(ctx, part(2), false);
             }
             let a = modulate(norm(h.clone()), part(3), part(4));
-            h = h + part(5) * blk.mix.forward(MhaInput::self_attn(a)).context;
+            h = h + per_sample(attend(&blk.mix, a.clone(), a, b), part(5), false);
             let f = modulate(norm(h.clone()), part(6), part(7));
-            h = h + part(8) * blk.ff_out.forward(activate(self.act, blk.ff_in.forward(f)));
+            let ff = blk.ff_out.forward(activate(self.act, blk.ff_in.forward(f)));
+            h = h + per_sample(ff, part(8), false);
         }
-        let fm = self.final_modulation.forward(c);
-        let shift = fm.clone().narrow(1, 0, d).unsqueeze_dim::<3>(1);
-        let scale = fm.narrow(1, d, d).unsqueeze_dim::<3>(1);
+        let shift = linear_columns(&self.final_modulation, c.clone(), 0, d);
+        let scale = linear_columns(&self.final_modulation, c, d, d);
         self.output
             .forward(modulate(norm(h), shift, scale))
-            .reshape([b, n, tp, da])
-            .swap_dims(1, 2)
+            .reshape([n, b, tp, da])
+            .permute([1, 2, 0, 3])
             .reshape([b, tp, n * da])
     }
 }
@@ -287,10 +383,10 @@ mod tests {
 
     /// Takes a planner whose modulations are no longer zero (as after training), so that every
     /// path through the blocks carries signal.
-    fn trained(mut p: JointPlanner<Cpu>) -> JointPlanner<Cpu> {
+    fn trained<B: Backend>(mut p: JointPlanner<B>) -> JointPlanner<B> {
         let device = Default::default();
         let noise = |o: usize, i: usize| {
-            Tensor::<Cpu, 2>::from_data(TensorData::new(data(i * o, o), [i, o]), &device) * 0.3
+            Tensor::<B, 2>::from_data(TensorData::new(data(i * o, o), [i, o]), &device) * 0.3
         };
         for blk in &mut p.blocks {
             let [i, o] = blk.modulation.weight.dims();
@@ -299,6 +395,209 @@ mod tests {
         let [i, o] = p.final_modulation.weight.dims();
         p.final_modulation.weight = Param::from_tensor(noise(o, i));
         p
+    }
+
+    /// [`attend`] computes what Burn's multi-head attention computes on the same weights, for
+    /// one query per row (the entity cross-attention) and for self-attention.
+    #[test]
+    fn attention_equals_burns() {
+        use burn::nn::attention::MhaInput;
+        let device = Default::default();
+        let mha = attention::<Cpu>(16, 4, &device);
+        let input = |rows: usize, len: usize, k: usize| {
+            Tensor::<Cpu, 3>::from_data(
+                TensorData::new(data(rows * len * 16, k), [rows, len, 16]),
+                &device,
+            )
+        };
+        // Burn's layout [R, L, d] <-> blocks of rows [L R, d].
+        let blocks = |t: Tensor<Cpu, 3>| {
+            let [r, l, d] = t.dims();
+            t.swap_dims(0, 1).reshape([l * r, d])
+        };
+        for (lq, lk) in [(1, 5), (3, 3)] {
+            let (q, kv) = (input(6, lq, 1), input(6, lk, 2));
+            let burns = mha.forward(MhaInput::new(q.clone(), kv.clone(), kv.clone()));
+            let ours = attend(&mha, blocks(q), blocks(kv), 6);
+            assert_eq!(ours.dims(), [lq * 6, 16]);
+            let (a, b) = (
+                values(ours.reshape([lq, 6, 16])),
+                values(blocks(burns.context).reshape([lq, 6, 16])),
+            );
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            assert!(worst < 1e-5, "Lq {lq}, Lk {lk}: differs by {worst}");
+            assert!(b.iter().any(|v| v.abs() > 1e-2));
+        }
+    }
+
+    /// The forward pass as first written (batch-major [B, N, d] tensors and Burn's attention),
+    /// kept to check the 2-D rewrite against.
+    fn reference_forward<B: Backend>(
+        p: &JointPlanner<B>,
+        x: Tensor<B, 3>,
+        t: Tensor<B, 1>,
+        cond: Tensor<B, 2>,
+    ) -> Tensor<B, 3> {
+        use burn::nn::attention::MhaInput;
+        let norm3 = |x: Tensor<B, 3>| {
+            let (var, mean) = x.clone().var_mean_bias(2);
+            (x - mean) / (var + 1e-6).sqrt()
+        };
+        let modulate3 =
+            |x: Tensor<B, 3>, shift: Tensor<B, 3>, scale: Tensor<B, 3>| x * (scale + 1.0) + shift;
+        let [n, to, block, da, d] = p.dims;
+        let [b, tp, _] = x.dims();
+        let device = x.device();
+        let obs = cond.reshape([b, to, n, block]).swap_dims(1, 2);
+        let own_index = Tensor::<B, 1, Int>::from_data(
+            TensorData::new(
+                p.own.iter().map(|&i| i as i64).collect::<Vec<_>>(),
+                [p.own.len()],
+            ),
+            &device,
+        );
+        let own = obs
+            .clone()
+            .select(3, own_index)
+            .reshape([b, n, to * p.own.len()]);
+        let chunk = x
+            .reshape([b, tp, n, da])
+            .swap_dims(1, 2)
+            .reshape([b, n, tp * da]);
+        let mut h = p.input.forward(Tensor::cat(vec![chunk, own], 2))
+            + p.agent_embedding.val().unsqueeze_dim::<3>(0);
+        let tokens = (!p.entities.is_empty()).then(|| {
+            let groups = p
+                .entities
+                .iter()
+                .map(|enc| {
+                    let (offset, width, count) = enc.group;
+                    let records = obs
+                        .clone()
+                        .narrow(3, offset, width * count)
+                        .reshape([b, n, to, count, width])
+                        .permute([0, 1, 3, 2, 4])
+                        .reshape([b * n * count, to * width]);
+                    enc.mlp.forward(records).reshape([b * n, count, d])
+                        + enc.slots.val().unsqueeze_dim::<3>(0)
+                })
+                .collect();
+            Tensor::cat(groups, 1)
+        });
+        let c = activate(p.act, p.step.forward(t));
+        for blk in &p.blocks {
+            let m = blk.modulation.forward(c.clone());
+            let part = |i: usize| m.clone().narrow(1, i * d, d).unsqueeze_dim::<3>(1);
+            if let (Some(cross), Some(tokens)) = (&blk.cross, &tokens) {
+                let q = modulate3(norm3(h.clone()), part(0), part(1)).reshape([b * n, 1, d]);
+                let ctx = cross
+                    .forward(MhaInput::new(q, tokens.clone(), tokens.clone()))
+                    .context
+                    .reshape([b, n, d]);
+                h = h + part(2) * ctx;
+            }
+            let a = modulate3(norm3(h.clone()), part(3), part(4));
+            h = h + part(5) * blk.mix.forward(MhaInput::self_attn(a)).context;
+            let f = modulate3(norm3(h.clone()), part(6), part(7));
+            h = h + part(8) * blk.ff_out.forward(activate(p.act, blk.ff_in.forward(f)));
+        }
+        let fm = p.final_modulation.forward(c);
+        let shift = fm.clone().narrow(1, 0, d).unsqueeze_dim::<3>(1);
+        let scale = fm.narrow(1, d, d).unsqueeze_dim::<3>(1);
+        p.output
+            .forward(modulate3(norm3(h), shift, scale))
+            .reshape([b, n, tp, da])
+            .swap_dims(1, 2)
+            .reshape([b, tp, n * da])
+    }
+
+    /// The 2-D, agent-major forward pass computes what the batch-major one with Burn's
+    /// attention computes, on a planner whose every path carries signal.
+    #[test]
+    fn forward_equals_the_batch_major_reference() {
+        let device = Default::default();
+        let p = trained(JointPlanner::<Cpu>::new(4, &layout(), &cfg(), &device));
+        let (b, tp, n, da) = (5, 4, 3, 2);
+        let x = Tensor::<Cpu, 3>::from_data(
+            TensorData::new(data(b * tp * n * da, 3), [b, tp, n * da]),
+            &device,
+        );
+        let t = Tensor::<Cpu, 1>::from_data(
+            TensorData::new(vec![1.0f32, 7.0, 3.0, 0.0, 9.0], [b]),
+            &device,
+        );
+        let cond = Tensor::<Cpu, 2>::from_data(
+            TensorData::new(data(b * 2 * n * 9, 4), [b, 2 * n * 9]),
+            &device,
+        );
+        let ours = values(p.forward(x.clone(), t.clone(), cond.clone()));
+        let reference = values(reference_forward(&p, x, t, cond));
+        let worst = ours
+            .iter()
+            .zip(&reference)
+            .map(|(a, r)| (a - r).abs())
+            .fold(0.0, f32::max);
+        assert!(worst < 1e-4, "differs by {worst}");
+        let spread = reference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(spread > 0.1, "the reference output is flat: {spread}");
+    }
+
+    /// The gradients agree too: those of the input layer, of the first block's attention
+    /// weights and of its modulation, under the sum of squared outputs.
+    #[test]
+    fn gradients_equal_the_batch_major_reference() {
+        type Ad = crate::CpuAutodiff;
+        let device = Default::default();
+        let p = trained(JointPlanner::<Ad>::new(4, &layout(), &cfg(), &device));
+        let (b, tp, n, da) = (4, 4, 3, 2);
+        let inputs = || {
+            (
+                Tensor::<Ad, 3>::from_data(
+                    TensorData::new(data(b * tp * n * da, 5), [b, tp, n * da]),
+                    &device,
+                ),
+                Tensor::<Ad, 1>::from_data(
+                    TensorData::new(vec![2.0f32, 5.0, 8.0, 1.0], [b]),
+                    &device,
+                ),
+                Tensor::<Ad, 2>::from_data(
+                    TensorData::new(data(b * 2 * n * 9, 6), [b, 2 * n * 9]),
+                    &device,
+                ),
+            )
+        };
+        let grads = |out: Tensor<Ad, 3>| {
+            let g = out.powf_scalar(2.0).sum().backward();
+            let blk = &p.blocks[0];
+            [
+                p.input.weight.grad(&g).unwrap(),
+                blk.mix.key.weight.grad(&g).unwrap(),
+                blk.cross.as_ref().unwrap().query.weight.grad(&g).unwrap(),
+                blk.modulation.weight.grad(&g).unwrap(),
+            ]
+            .map(|t| t.into_data().convert::<f32>().into_vec::<f32>().unwrap())
+        };
+        let (x, t, cond) = inputs();
+        let ours = grads(p.forward(x, t, cond));
+        let (x, t, cond) = inputs();
+        let reference = grads(reference_forward(&p, x, t, cond));
+        for (k, (a, r)) in ours.iter().zip(&reference).enumerate() {
+            let scale = r.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            assert!(scale > 1e-3, "gradient {k} is zero");
+            let worst = a
+                .iter()
+                .zip(r)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            assert!(
+                worst < 1e-4 * scale.max(1.0),
+                "gradient {k} differs by {worst} (scale {scale})"
+            );
+        }
     }
 
     /// The own values are those outside every group, and the shapes run through.
