@@ -262,6 +262,12 @@ impl<B: Backend> JointPlanner<B> {
         }
     }
 
+    /// Indices of an agent block's own values (outside every entity group), for `select`.
+    fn own_index(&self, device: &B::Device) -> Tensor<B, 1, Int> {
+        let own: Vec<i64> = self.own.iter().map(|&i| i as i64).collect();
+        Tensor::from_data(TensorData::new(own, [self.own.len()]), device)
+    }
+
     /// x: [B, Tp, N Da], t: [B], cond: [B, To N block] (the normalised state history, agents'
     /// blocks stacked per observation) -> predicted noise [B, Tp, N Da].
     ///
@@ -274,16 +280,9 @@ impl<B: Backend> JointPlanner<B> {
         let device = x.device();
         // [N, B, To, block]
         let obs = cond.reshape([b, to, n, block]).permute([2, 0, 1, 3]);
-        let own_index = Tensor::<B, 1, Int>::from_data(
-            TensorData::new(
-                self.own.iter().map(|&i| i as i64).collect::<Vec<_>>(),
-                [self.own.len()],
-            ),
-            &device,
-        );
         let own = obs
             .clone()
-            .select(3, own_index)
+            .select(3, self.own_index(&device))
             .reshape([n * b, to * self.own.len()]);
         let chunk = x
             .reshape([b, tp, n, da])
@@ -453,16 +452,9 @@ mod tests {
         let [b, tp, _] = x.dims();
         let device = x.device();
         let obs = cond.reshape([b, to, n, block]).swap_dims(1, 2);
-        let own_index = Tensor::<B, 1, Int>::from_data(
-            TensorData::new(
-                p.own.iter().map(|&i| i as i64).collect::<Vec<_>>(),
-                [p.own.len()],
-            ),
-            &device,
-        );
         let own = obs
             .clone()
-            .select(3, own_index)
+            .select(3, p.own_index(&device))
             .reshape([b, n, to * p.own.len()]);
         let chunk = x
             .reshape([b, tp, n, da])
