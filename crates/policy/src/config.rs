@@ -170,16 +170,27 @@ pub enum ImageEncoderKind {
     Cnn,
     /// Non-overlapping patches through a shared MLP and a linear read-out (`patches.rs`).
     Patches,
+    /// The patch MLP with a keypoint read-out (`patches.rs`): `keypoints` soft-argmax image
+    /// positions, each a softmax over the patches of the patch centres plus a learned
+    /// sub-patch offset, then a linear map to `out_dim`. The features move smoothly with what
+    /// they locate, where the linear read-out keeps one weight per patch position.
+    PatchKeypoints,
 }
 
 impl ImageEncoderKind {
     fn is_cnn(&self) -> bool {
         *self == Self::Cnn
     }
+
+    /// Whether the encoder cuts the image into patches (`patches` or `patch-keypoints`).
+    pub fn is_patches(self) -> bool {
+        matches!(self, Self::Patches | Self::PatchKeypoints)
+    }
 }
 
 /// The image encoder: a small ResNet-style CNN with GroupNorm and a spatial-softmax head
-/// (`kind = "cnn"`, default), or patch embeddings with a linear read-out (`kind = "patches"`).
+/// (`kind = "cnn"`, default), or patch embeddings with a linear read-out (`kind = "patches"`) or
+/// a keypoint read-out (`kind = "patch-keypoints"`).
 /// The patch keys are left out of a CNN config's serialised form, so CNN checkpoints and run
 /// fingerprints are unchanged by their existence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -192,7 +203,7 @@ pub struct ImageEncoderConfig {
     pub channels: Vec<usize>,
     /// CNN: GroupNorm groups (must divide every channel count).
     pub groups: usize,
-    /// CNN: keypoints of the spatial-softmax head (2 features each).
+    /// CNN and patch-keypoints: keypoints of the spatial-softmax head (2 features each).
     pub keypoints: usize,
     /// Output feature width per frame.
     pub out_dim: usize,

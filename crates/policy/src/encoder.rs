@@ -8,7 +8,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
-use crate::config::{Activation, EncoderConfig, ImageEncoderKind};
+use crate::config::{Activation, EncoderConfig};
 use crate::nn::{Mlp, activate};
 use crate::patches::PatchEncoder;
 use crate::text_encoder::{TextEncoder, TextTokens};
@@ -71,7 +71,7 @@ impl<B: Backend> ObsEncoder<B> {
             widths.push(cfg.state_out);
             (Some(Mlp::new(&widths, act, device)), cfg.state_out)
         };
-        let patches_kind = cfg.image.kind == ImageEncoderKind::Patches;
+        let patches_kind = cfg.image.kind.is_patches();
         let patches = image
             .filter(|_| patches_kind)
             .map(|(c, h, w)| PatchEncoder::new(c, h, w, &cfg.image, device));

@@ -12,13 +12,29 @@
 //! f      = GELU(Linear(h))                                       [N, T, token_dim]
 //! out    = Linear(flatten(f))                                    [N, out_dim]
 //! ```
+//!
+//! With the keypoint read-out (`kind = "patch-keypoints"`), K = `keypoints` image positions
+//! replace the flattened features: each patch t scores each keypoint k and proposes a point
+//! inside itself, and the keypoint is the softmax-weighted mean of the proposals (a
+//! spatial softmax over patches with sub-patch offsets):
+//!
+//! ```text
+//! [l, ox, oy] = Linear(f)                                        [N, T, 3K]
+//! w_tk   = softmax_t(l_tk)
+//! x_k    = sum_t w_tk (cx_t + tanh(ox_tk) / W'')                 cx_t: patch centre in [-1, 1]
+//! y_k    = sum_t w_tk (cy_t + tanh(oy_tk) / H'')                 W'', H'': patches per row, column
+//! out    = Linear([x, y])                                        [N, out_dim]
+//! ```
+//!
+//! The features then move smoothly with what the keypoints locate: the linear read-out has one
+//! weight per patch position, so its features jump as an object crosses a patch border.
 
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData, activation};
 
-use crate::config::ImageEncoderConfig;
+use crate::config::{ImageEncoderConfig, ImageEncoderKind};
 
 /// The patch encoder: [N, C, H, W] in [0, 1] -> [N, out_dim]. See the module documentation.
 #[derive(Module, Debug)]
@@ -26,6 +42,8 @@ pub struct PatchEncoder<B: Backend> {
     embed: Linear<B>,
     pos: Param<Tensor<B, 2>>,
     mix: Linear<B>,
+    /// The keypoint read-out's scores and offsets (`patch-keypoints`); None = linear read-out.
+    keypoints: Option<Linear<B>>,
     head: Linear<B>,
     #[module(skip)]
     input_shape: [usize; 3],
@@ -53,11 +71,18 @@ impl<B: Backend> PatchEncoder<B> {
             std: 0.02,
         }
         .init([tokens, cfg.patch_hidden], device);
+        let keypoints = (cfg.kind == ImageEncoderKind::PatchKeypoints)
+            .then(|| LinearConfig::new(cfg.token_dim, 3 * cfg.keypoints).init(device));
+        let head_in = match &keypoints {
+            Some(_) => 2 * cfg.keypoints,
+            None => tokens * cfg.token_dim,
+        };
         Self {
             embed: LinearConfig::new(in_channels * p * p, cfg.patch_hidden).init(device),
             pos,
             mix: LinearConfig::new(cfg.patch_hidden, cfg.token_dim).init(device),
-            head: LinearConfig::new(tokens * cfg.token_dim, cfg.out_dim).init(device),
+            keypoints,
+            head: LinearConfig::new(head_in, cfg.out_dim).init(device),
             input_shape: [in_channels, height, width],
             patch: p,
         }
@@ -120,7 +145,30 @@ impl<B: Backend> PatchEncoder<B> {
         let h = activation::gelu(e.reshape([n, t, hid]));
         let f = activation::gelu(self.mix.forward(h));
         let [_, t, d] = f.dims();
-        self.head.forward(f.reshape([n, t * d]))
+        match &self.keypoints {
+            Some(kp) => self.head.forward(self.keypoint_positions(kp.forward(f))),
+            None => self.head.forward(f.reshape([n, t * d])),
+        }
+    }
+
+    /// The keypoint read-out's positions from the per-patch scores and offsets [N, T, 3K]:
+    /// [N, 2K] = (x_1..x_K, y_1..y_K) in [-1, 1] image coordinates (x right, y down).
+    fn keypoint_positions(&self, s: Tensor<B, 3>) -> Tensor<B, 2> {
+        let [n, t, k3] = s.dims();
+        let k = k3 / 3;
+        let [_, h, w] = self.input_shape;
+        let (hp, wp) = (h.div_ceil(self.patch), w.div_ceil(self.patch));
+        let device = s.device();
+        let centre = |i: usize, count: usize| (2.0 * i as f32 + 1.0) / count as f32 - 1.0;
+        let cx: Vec<f32> = (0..t).map(|i| centre(i % wp, wp)).collect();
+        let cy: Vec<f32> = (0..t).map(|i| centre(i / wp, hp)).collect();
+        let col = |v: Vec<f32>| Tensor::<B, 3>::from_data(TensorData::new(v, [1, t, 1]), &device);
+        let weights = activation::softmax(s.clone().narrow(2, 0, k), 1);
+        let x = col(cx) + activation::tanh(s.clone().narrow(2, k, k)).div_scalar(wp as f32);
+        let y = col(cy) + activation::tanh(s.narrow(2, 2 * k, k)).div_scalar(hp as f32);
+        let x = (weights.clone() * x).sum_dim(1).reshape([n, k]);
+        let y = (weights * y).sum_dim(1).reshape([n, k]);
+        Tensor::cat(vec![x, y], 1)
     }
 
     /// Output feature width.
@@ -246,5 +294,60 @@ mod tests {
         assert!(nonzero(enc.pos.val().grad(&grads)));
         assert!(nonzero(enc.mix.weight.val().grad(&grads)));
         assert!(nonzero(enc.head.weight.val().grad(&grads)));
+    }
+
+    fn keypoint_cfg() -> ImageEncoderConfig {
+        ImageEncoderConfig {
+            kind: ImageEncoderKind::PatchKeypoints,
+            keypoints: 2,
+            ..cfg()
+        }
+    }
+
+    #[test]
+    fn keypoints_are_the_softmax_mean_of_patch_centres_plus_offsets() {
+        let device = Default::default();
+        // 8 x 12 pixels in 4-pixel patches: 2 rows of 3 patches; centres x in {-2/3, 0, 2/3},
+        // y in {-1/2, 1/2}.
+        let enc = PatchEncoder::<Cpu>::new(1, 8, 12, &keypoint_cfg(), &device);
+        let (t, k) = (6, 2);
+        let mut s = vec![0.0f32; t * 3 * k];
+        // Keypoint 0: all weight on patch 5 (row 1, column 2), offset tanh(ox) = 0.5 in x.
+        s[5 * 3 * k] = 60.0;
+        s[5 * 3 * k + k] = 0.5f32.atanh();
+        // Keypoint 1: equal scores, no offsets: the mean of the centres.
+        let pos = enc
+            .keypoint_positions(Tensor::from_data(
+                TensorData::new(s, [1, t, 3 * k]),
+                &device,
+            ))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let want = [2.0 / 3.0 + 0.5 / 3.0, 0.0, 0.5, 0.0];
+        for (g, w) in pos.iter().zip(want) {
+            assert!((g - w).abs() < 1e-5, "{pos:?} vs {want:?}");
+        }
+    }
+
+    #[test]
+    fn keypoint_readout_reads_2k_positions_and_trains() {
+        type Ad = Autodiff<Flex>;
+        let device = Default::default();
+        let enc = PatchEncoder::<Ad>::new(3, 16, 16, &keypoint_cfg(), &device);
+        assert_eq!(enc.out_dim(), 7);
+        let x = Tensor::<Ad, 4>::random([3, 3, 16, 16], Distribution::Uniform(0.0, 1.0), &device);
+        let grads = enc.forward(x).square().mean().backward();
+        let kp = enc.keypoints.as_ref().expect("keypoint read-out");
+        let g = kp.weight.val().grad(&grads).expect("a gradient");
+        assert!(
+            g.into_data()
+                .to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .any(|v| *v != 0.0)
+        );
+        // The read-out takes 2K positions, not T x token_dim features.
+        assert_eq!(enc.head.weight.dims(), [4, 7]);
     }
 }
