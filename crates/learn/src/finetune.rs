@@ -98,6 +98,15 @@ pub struct GrpoConfig {
     /// update keep the online weights, which go to `policy-online/`.
     #[serde(skip_serializing_if = "is_zero")]
     pub ema_decay: f64,
+    /// Random-shift augmentation of the update's camera frames (DPPO's for pixel fine-tuning;
+    /// `[pretrain] random_shift` is the same shift in behaviour cloning): before the update,
+    /// every policy call's frames are shifted by up to this many pixels (edges repeated, one
+    /// draw per call, seeded by the iteration), and the old log-likelihoods of the ratio are
+    /// recomputed on the shifted frames under the weights that collected the batch. A
+    /// correction learnt from one start must then also hold for slightly moved images. 0 = off
+    /// (the default; the rollouts' own likelihoods); policies without pixels ignore it.
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    pub random_shift: usize,
     /// Lower ratio clip epsilon.
     pub clip_low: f64,
     /// Upper ratio clip epsilon.
@@ -151,6 +160,7 @@ impl Default for GrpoConfig {
             min_lr_ratio: 1.0,
             weight_decay: 0.0,
             ema_decay: 0.0,
+            random_shift: 0,
             clip_low: 0.01,
             clip_high: 0.01,
             beta: 0.0,
@@ -209,6 +219,11 @@ impl Validate for GrpoConfig {
             "must be in [0, 1) (0 = off)",
         )?;
         ensure(
+            self.random_shift <= 16,
+            "random_shift",
+            format!("must be at most 16 pixels, got {}", self.random_shift),
+        )?;
+        ensure(
             self.clip_low > 0.0 && self.clip_low < 1.0,
             "clip_low",
             "must be in (0, 1)",
@@ -249,6 +264,10 @@ impl Validate for GrpoConfig {
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+fn is_zero_usize(x: &usize) -> bool {
+    *x == 0
 }
 
 /// Metrics of one iteration (one line of metrics.jsonl).

@@ -30,7 +30,7 @@ use crate::rollout::GroupRollout;
 use crate::session::Session;
 use crate::state::STATE_DIR;
 pub use crate::surrogate::{SurrogateStats, surrogate_loss};
-use crate::surrogate::{UpdateAcc, chain_pairs, exceeds_target_kl, policy_epoch};
+use crate::surrogate::{UpdateAcc, exceeds_target_kl, policy_epoch, update_batch};
 
 /// Fine-tunes `policy` (initialised from `reference`, the frozen pretrained policy) on `venv`
 /// with rewards from `reward`: GRPO, or PPO with [`Algorithm::Ppo`] ([`crate::ppo::train`]).
@@ -226,12 +226,12 @@ fn update_policy<B: AutodiffBackend>(
     it_seed: u64,
 ) -> Result<UpdateAcc, LearnError> {
     let t = Instant::now();
-    let pairs = chain_pairs(run, kept, advantages)?;
+    let (kept, pairs) = update_batch(run, kept, advantages, derive(it_seed, 30_000))?;
     let mut acc = UpdateAcc::default();
     let mut order: Vec<usize> = (0..pairs.len()).collect();
     for epoch in 0..run.cfg.epochs {
         let shuffle = derive(it_seed, 10_000 + epoch as u64);
-        let kl = policy_epoch(run, kept, &pairs, &mut order, shuffle, &mut acc)?;
+        let kl = policy_epoch(run, &kept, &pairs, &mut order, shuffle, &mut acc)?;
         acc.epochs += 1;
         if exceeds_target_kl(run.cfg, kl) {
             break;

@@ -33,7 +33,7 @@ use crate::finetune::{Algorithm, GrpoConfig, GrpoHooks, GrpoOutcome};
 use crate::rollout::GroupRollout;
 use crate::session::Session;
 use crate::state;
-use crate::surrogate::{UpdateAcc, chain_pairs, exceeds_target_kl, policy_epoch, to_vec};
+use crate::surrogate::{UpdateAcc, exceeds_target_kl, policy_epoch, to_vec, update_batch};
 
 /// PPO's critic and return settings (`[grpo.ppo]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -252,12 +252,13 @@ fn update_actor_critic<B: AutodiffBackend>(
     it_seed: u64,
 ) -> Result<UpdateAcc, LearnError> {
     let t = Instant::now();
-    let pairs = chain_pairs(run, &batch.kept, advantages)?;
+    // The actor's pairs may see shifted frames ([grpo] random_shift); the critic the collected.
+    let (kept, pairs) = update_batch(run, &batch.kept, advantages, derive(it_seed, 30_000))?;
     let mut acc = UpdateAcc::default();
     let mut order: Vec<usize> = (0..pairs.len()).collect();
     for epoch in 0..run.cfg.epochs {
         let shuffle = derive(it_seed, 10_000 + epoch as u64);
-        let kl = policy_epoch(run, &batch.kept, &pairs, &mut order, shuffle, &mut acc)?;
+        let kl = policy_epoch(run, &kept, &pairs, &mut order, shuffle, &mut acc)?;
         let shuffle = derive(it_seed, 20_000 + epoch as u64);
         acc.value_loss += value.fit_epoch(&batch.kept, returns, &run.policy, run.cfg, shuffle)?;
         acc.epochs += 1;

@@ -2,6 +2,8 @@
 //! (docs/algorithms.md §3), shared by GRPO and PPO: every fine-tuned chain step of every policy
 //! call is a sample with its own likelihood ratio, recomputed under the current parameters.
 
+use std::borrow::Cow;
+
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
@@ -11,6 +13,7 @@ use diffrl_policy::{ObsBatch, Policy};
 use rand::seq::SliceRandom;
 
 use crate::LearnError;
+use crate::data::random_shift_frames;
 use crate::finetune::GrpoConfig;
 use crate::optim::{clip_factor, grad_norm, lr_at};
 use crate::parallel::sharded_grads_with;
@@ -68,6 +71,44 @@ pub(crate) fn chain_pairs<B: AutodiffBackend>(
         }
     }
     Ok(pairs)
+}
+
+/// The update's batch and pairs. Without `[grpo] random_shift` (or without frames) they are
+/// `kept` and [`chain_pairs`] as collected. With it, every policy call's frames are shifted
+/// (one draw per call from a generator seeded `seed`; [`random_shift_frames`]) and each pair's
+/// old log-likelihood is recomputed on the shifted frames under the current weights, the ones
+/// that collected the batch, so the ratio starts at 1 on what the update sees (DPPO's
+/// augmentation for pixel fine-tuning).
+pub(crate) fn update_batch<'k, B: AutodiffBackend>(
+    run: &Session<'_, B>,
+    kept: &'k [GroupRollout],
+    advantages: &[Vec<f64>],
+    seed: u64,
+) -> Result<(Cow<'k, [GroupRollout]>, Vec<Pair>), LearnError> {
+    let pad = run.cfg.random_shift;
+    let frames = kept
+        .iter()
+        .any(|r| r.decisions.iter().any(|d| d.image.is_some()));
+    let Some([c, h, w]) = run.policy.spec.image.filter(|_| pad > 0 && frames) else {
+        return Ok((Cow::Borrowed(kept), chain_pairs(run, kept, advantages)?));
+    };
+    let mut shifted = kept.to_vec();
+    let mut r = rng(seed);
+    for d in shifted.iter_mut().flat_map(|r| r.decisions.iter_mut()) {
+        if let Some(img) = d.image.as_mut() {
+            random_shift_frames(img, [h, w, c], pad, &mut r);
+        }
+    }
+    let mut pairs = chain_pairs(run, &shifted, advantages)?;
+    let current = run.policy.valid();
+    for chunk in pairs.chunks_mut(run.cfg.minibatch) {
+        let mb = Minibatch::gather(&shifted, chunk, &current, &run.device)?;
+        let lp = current.pair_logprobs(&mb.obs, mb.x, mb.next, &mb.steps);
+        for (p, v) in chunk.iter_mut().zip(to_vec(lp)?) {
+            p.old = v;
+        }
+    }
+    Ok((Cow::Owned(shifted), pairs))
 }
 
 /// One pass over `pairs` in minibatches of `minibatch`: `order` is shuffled with a generator

@@ -32,7 +32,8 @@ const RIGHT: &str = "Go right!";
 /// from the reset seed. Success: x > 1 for "go right", x < -1 for "go left" (terminates);
 /// leaving on the other side ends the episode as a failure. With `swap`, the observations carry
 /// the opposite instruction (success still follows the drawn one).
-/// With `camera`, observations also carry an 8 x 8 image whose brightness is x.
+/// With `camera`, observations also carry an 8 x 8 image whose brightness is x (plus a ramp
+/// across the columns).
 #[derive(Clone, Default)]
 struct GoTo {
     x: f32,
@@ -110,7 +111,10 @@ impl Env for GoTo {
             image: self.camera.then(|| ImageObs {
                 height: 8,
                 width: 8,
-                data: vec![level; 8 * 8 * 3],
+                // A left-to-right ramp on top, so that a shifted frame differs.
+                data: (0..8 * 8 * 3)
+                    .map(|i| level.saturating_add((i / 3 % 8) as u8 * 8))
+                    .collect(),
             }),
             ..Observation::state(vec![self.x])
         }
@@ -395,6 +399,84 @@ fn a_critic_reading_the_policys_condition_learns_what_only_the_instruction_tells
 #[test]
 fn ppo_fine_tunes_a_pixel_and_text_policy_with_either_critic() {
     let d = tempfile::tempdir().unwrap();
+    let policy = pixel_text_policy();
+    for input in [CriticInput::State, CriticInput::Condition] {
+        let losses = ppo_value_losses(
+            &policy,
+            input,
+            true,
+            1,
+            &d.path().join(format!("{input:?}")),
+        );
+        assert!(
+            losses.iter().all(|l| l.is_finite()),
+            "{input:?}: {losses:?}"
+        );
+    }
+}
+
+#[test]
+fn grpo_random_shift_recomputes_the_old_likelihoods_on_the_shifted_frames() {
+    // The actor all but frozen, so both runs collect the same rollouts: the ratio starts at 1
+    // with and without the shift, and only the shift changes the likelihoods the update sees.
+    let d = tempfile::tempdir().unwrap();
+    let policy = pixel_text_policy();
+    let run = |shift: usize| {
+        let cfg = GrpoConfig {
+            iterations: 1,
+            groups: 2,
+            group_size: 8,
+            epochs: 1,
+            minibatch: 40,
+            ft_denoising_steps: 0,
+            lr: 1e-12,
+            random_shift: shift,
+            ..GrpoConfig::default()
+        };
+        let reward = OutcomeReward {
+            outcome: Outcome::Success,
+            success_bonus: 0.0,
+            time_cost: 0.0,
+        };
+        let env = GoTo {
+            camera: true,
+            ..GoTo::default()
+        };
+        let mut venv = VecEnv::new(vec![env; 16], AutoReset::SameStep, 1);
+        let mut lines = Lines(Vec::new());
+        grpo::train(
+            Policy::<CpuAutodiff>::trainable(&policy),
+            &policy,
+            &mut venv,
+            &reward,
+            &cfg,
+            Algorithm::Grpo,
+            5,
+            &d.path().join(shift.to_string()),
+            false,
+            &mut lines,
+        )
+        .unwrap();
+        lines.0.remove(0)
+    };
+    let (plain, shifted) = (run(0), run(2));
+    assert_eq!(plain.success_rate, shifted.success_rate);
+    assert_eq!(plain.reward_mean, shifted.reward_mean);
+    for l in [&plain, &shifted] {
+        assert!(
+            (l.ratio_min - 1.0).abs() < 1e-4 && (l.ratio_max - 1.0).abs() < 1e-4,
+            "ratio {} .. {}",
+            l.ratio_min,
+            l.ratio_max
+        );
+    }
+    // The gradient is taken at the shifted frames.
+    assert!(plain.grad_norm > 0.0);
+    assert_ne!(plain.grad_norm, shifted.grad_norm);
+}
+
+/// A diffusion policy reading the instruction and GoTo's camera through the patch encoder.
+fn pixel_text_policy() -> Policy<CpuBackend> {
     let eps = demos(8);
     let mut cfg = policy_config();
     cfg.encoder.image = ImageEncoderConfig {
@@ -410,7 +492,7 @@ fn ppo_fine_tunes_a_pixel_and_text_policy_with_either_critic() {
         image: Some([3, 8, 8]),
         ..PolicySpec::flat(1, 1)
     };
-    let policy = Policy::<CpuBackend>::with_text(
+    Policy::<CpuBackend>::with_text(
         cfg,
         spec,
         fit_normalizers(&eps).unwrap(),
@@ -418,18 +500,5 @@ fn ppo_fine_tunes_a_pixel_and_text_policy_with_either_critic() {
         1,
         &Default::default(),
     )
-    .unwrap();
-    for input in [CriticInput::State, CriticInput::Condition] {
-        let losses = ppo_value_losses(
-            &policy,
-            input,
-            true,
-            1,
-            &d.path().join(format!("{input:?}")),
-        );
-        assert!(
-            losses.iter().all(|l| l.is_finite()),
-            "{input:?}: {losses:?}"
-        );
-    }
+    .unwrap()
 }
