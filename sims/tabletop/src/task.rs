@@ -98,6 +98,29 @@ impl Task for TabletopTask {
         }
     }
 
+    /// The cubes' centres (x, y, z of each cube, in order): what a pixel policy has to find in
+    /// its frame. Reach-goal has no cube and names none.
+    fn privileged_recorded(
+        &self,
+        _config: &TabletopConfig,
+        state: &[f32],
+    ) -> Result<Vec<f32>, String> {
+        if state.len() != self.kind.state_dim() {
+            return Err(format!(
+                "holds {}-d states; {} records {} values",
+                state.len(),
+                self.kind.name(),
+                self.kind.state_dim()
+            ));
+        }
+        Ok((0..self.kind.cubes())
+            .flat_map(|k| {
+                let at = crate::env::layout::CUBES + 7 * k;
+                state[at..at + 3].iter().copied()
+            })
+            .collect())
+    }
+
     /// The configured `image_size` (in either mode: `render_state` draws recorded states).
     fn image_size(&self, config: &TabletopConfig) -> Option<u32> {
         Some(config.image_size)

@@ -88,6 +88,23 @@ fn pixels_observations_hold_an_image_and_proprioception() {
             proprio
         );
         assert_eq!(task.observation(env.config()), "pixels");
+        // The privileged values (an auxiliary target for pixel encoders) are the cubes' centres.
+        let privileged = task.privileged_recorded(env.config(), &recorded).unwrap();
+        let names = kind.state_names();
+        let centres: Vec<f32> = names
+            .iter()
+            .zip(&recorded)
+            .filter(|(n, _)| {
+                n.starts_with("cube_") && ["_x", "_y", "_z"].iter().any(|e| n.ends_with(e))
+            })
+            .map(|(_, v)| *v)
+            .collect();
+        assert_eq!(privileged, centres, "{}", kind.name());
+        assert_eq!(privileged.len(), 3 * kind.cubes());
+        assert!(
+            task.privileged_recorded(env.config(), &recorded[1..])
+                .is_err()
+        );
         // The image is not blank: the table, the arm and the background all show.
         let distinct: std::collections::HashSet<&[u8]> = img.data.chunks_exact(3).collect();
         assert!(distinct.len() > 10, "{} colours", distinct.len());
