@@ -544,6 +544,10 @@ mod tests {
     fn gradients_equal_the_batch_major_reference() {
         type Ad = crate::CpuAutodiff;
         let device = Default::default();
+        // Seeded: the cross-attention's query gradient is about 1e-3 at a typical
+        // initialisation, near the test's floor, so an unseeded draw failed now and then (seed
+        // 0 gives 3.2e-3).
+        <Ad as Backend>::seed(&device, 0);
         let p = trained(JointPlanner::<Ad>::new(4, &layout(), &cfg(), &device));
         let (b, tp, n, da) = (4, 4, 3, 2);
         let inputs = || {
