@@ -319,9 +319,9 @@ impl GrpoHooks<CpuBackend> for Lines {
     }
 }
 
-/// PPO on GoTo (with `camera`, pixels too) from `policy`, its critic reading `input`, the actor
-/// all but frozen (learning rate 1e-12) so that the returns stay those of `policy`: the
-/// critic's loss per iteration. Outcome: 1 on success, else 0.
+/// PPO on GoTo ([`train_goto`]) from `policy`, its critic reading `input`, the actor all but
+/// frozen (learning rate 1e-12) so that the returns stay those of `policy`: the critic's loss
+/// per iteration.
 fn ppo_value_losses(
     policy: &Policy<CpuBackend>,
     input: CriticInput,
@@ -345,6 +345,22 @@ fn ppo_value_losses(
         },
         ..GrpoConfig::default()
     };
+    train_goto(policy, &cfg, Algorithm::Ppo, camera, 11, dir)
+        .iter()
+        .map(|l| l.value_loss)
+        .collect()
+}
+
+/// `algorithm` with `cfg` on 16 GoTo environments (with `camera`, pixels too) from `policy`,
+/// seed `seed`: every iteration's log line. Outcome: 1 on success, else 0.
+fn train_goto(
+    policy: &Policy<CpuBackend>,
+    cfg: &GrpoConfig,
+    algorithm: Algorithm,
+    camera: bool,
+    seed: u64,
+    dir: &Path,
+) -> Vec<GrpoLog> {
     let reward = OutcomeReward {
         outcome: Outcome::Success,
         success_bonus: 0.0,
@@ -361,15 +377,15 @@ fn ppo_value_losses(
         policy,
         &mut venv,
         &reward,
-        &cfg,
-        Algorithm::Ppo,
-        11,
+        cfg,
+        algorithm,
+        seed,
         dir,
         false,
         &mut lines,
     )
     .unwrap();
-    lines.0.iter().map(|l| l.value_loss).collect()
+    lines.0
 }
 
 #[test]
@@ -433,31 +449,8 @@ fn grpo_random_shift_recomputes_the_old_likelihoods_on_the_shifted_frames() {
             random_shift: shift,
             ..GrpoConfig::default()
         };
-        let reward = OutcomeReward {
-            outcome: Outcome::Success,
-            success_bonus: 0.0,
-            time_cost: 0.0,
-        };
-        let env = GoTo {
-            camera: true,
-            ..GoTo::default()
-        };
-        let mut venv = VecEnv::new(vec![env; 16], AutoReset::SameStep, 1);
-        let mut lines = Lines(Vec::new());
-        grpo::train(
-            Policy::<CpuAutodiff>::trainable(&policy),
-            &policy,
-            &mut venv,
-            &reward,
-            &cfg,
-            Algorithm::Grpo,
-            5,
-            &d.path().join(shift.to_string()),
-            false,
-            &mut lines,
-        )
-        .unwrap();
-        lines.0.remove(0)
+        let dir = d.path().join(shift.to_string());
+        train_goto(&policy, &cfg, Algorithm::Grpo, true, 5, &dir).remove(0)
     };
     let (plain, shifted) = (run(0), run(2));
     assert_eq!(plain.success_rate, shifted.success_rate);
