@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
+use diffrl_core::episode::Episode;
 use diffrl_core::seeding::rng;
 use diffrl_policy::encoder::ObsTensors;
 use diffrl_policy::{ObsBatch, Policy};
@@ -92,7 +93,15 @@ pub(crate) fn update_batch<'k, B: AutodiffBackend>(
     let Some([c, h, w]) = run.policy.spec.image.filter(|_| pad > 0 && frames) else {
         return Ok((Cow::Borrowed(kept), chain_pairs(run, kept, advantages)?));
     };
-    let mut shifted = kept.to_vec();
+    // The update reads only the policy calls: the episodes (every step's frames) stay behind.
+    let mut shifted: Vec<GroupRollout> = kept
+        .iter()
+        .map(|r| GroupRollout {
+            group: r.group,
+            episode: Episode::default(),
+            decisions: r.decisions.clone(),
+        })
+        .collect();
     let mut r = rng(seed);
     for d in shifted.iter_mut().flat_map(|r| r.decisions.iter_mut()) {
         if let Some(img) = d.image.as_mut() {
