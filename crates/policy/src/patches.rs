@@ -27,7 +27,9 @@
 //! ```
 //!
 //! The features then move smoothly with what the keypoints locate: the linear read-out has one
-//! weight per patch position, so its features jump as an object crosses a patch border.
+//! weight per patch position, so its features jump as an object crosses a patch border. The
+//! keypoints learn to locate objects with behaviour cloning's auxiliary target, hardly
+//! without it (docs/policy.md, "Image encoders").
 
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear, LinearConfig};
