@@ -374,25 +374,8 @@ pub fn random_shift(px: &mut [f32], shape: [usize; 5], pad: usize, rng: &mut imp
     let mut plane = vec![0.0f32; h * w];
     for sample in px.chunks_exact_mut(per) {
         let (dy, dx) = (rng.random_range(-p..=p), rng.random_range(-p..=p));
-        if dy == 0 && dx == 0 {
-            continue;
-        }
-        // Column x of a row reads source column clamp(x + dx): a contiguous run plus the
-        // repeated edge pixel on one side.
-        let d = (dx.unsigned_abs() as usize).min(w);
         for img in sample.chunks_exact_mut(h * w) {
-            plane.copy_from_slice(img);
-            for (y, dst) in img.chunks_exact_mut(w).enumerate() {
-                let sy = (y as i64 + dy).clamp(0, h as i64 - 1) as usize;
-                let src = &plane[sy * w..(sy + 1) * w];
-                if dx >= 0 {
-                    dst[..w - d].copy_from_slice(&src[d..]);
-                    dst[w - d..].fill(src[w - 1]);
-                } else {
-                    dst[d..].copy_from_slice(&src[..w - d]);
-                    dst[..d].fill(src[0]);
-                }
-            }
+            shift_image(img, &mut plane, [h, w, 1], dy, dx);
         }
     }
 }
@@ -412,19 +395,33 @@ pub fn random_shift_frames(
     }
     let p = pad as i64;
     let (dy, dx) = (rng.random_range(-p..=p), rng.random_range(-p..=p));
+    let mut copy = vec![0u8; per];
+    for frame in frames.chunks_exact_mut(per) {
+        shift_image(frame, &mut copy, [h, w, c], dy, dx);
+    }
+}
+
+/// Moves one H x W image of `c` interleaved values per pixel so that pixel (y, x) reads
+/// (y + dy, x + dx) clamped to the image; `copy` (as long as `img`) is scratch space. Each row
+/// is a contiguous run of the source row plus its edge pixel repeated on one side.
+fn shift_image<T: Copy>(img: &mut [T], copy: &mut [T], [h, w, c]: [usize; 3], dy: i64, dx: i64) {
     if dy == 0 && dx == 0 {
         return;
     }
-    let clamp = |v: usize, d: i64, n: usize| (v as i64 + d).clamp(0, n as i64 - 1) as usize;
-    let mut src = vec![0u8; per];
-    for frame in frames.chunks_exact_mut(per) {
-        src.copy_from_slice(frame);
-        for y in 0..h {
-            let sy = clamp(y, dy, h);
-            for x in 0..w {
-                let (d, s) = ((y * w + x) * c, (sy * w + clamp(x, dx, w)) * c);
-                frame[d..d + c].copy_from_slice(&src[s..s + c]);
-            }
+    copy.copy_from_slice(img);
+    let (row, d) = (w * c, (dx.unsigned_abs() as usize).min(w));
+    for (y, dst) in img.chunks_exact_mut(row).enumerate() {
+        let sy = (y as i64 + dy).clamp(0, h as i64 - 1) as usize;
+        let src = &copy[sy * row..(sy + 1) * row];
+        let (run, edge) = if dx >= 0 {
+            dst[..(w - d) * c].copy_from_slice(&src[d * c..]);
+            (&mut dst[(w - d) * c..], &src[(w - 1) * c..])
+        } else {
+            dst[d * c..].copy_from_slice(&src[..(w - d) * c]);
+            (&mut dst[..d * c], &src[..c])
+        };
+        for px in run.chunks_exact_mut(c) {
+            px.copy_from_slice(edge);
         }
     }
 }

@@ -99,10 +99,11 @@ pub struct EncoderConfig {
     /// Weight of behaviour cloning's auxiliary loss: a linear head on the condition vector
     /// (state, image and instruction features) regresses the task's privileged values of the
     /// newest frame (`Task::privileged_recorded`, standardised: lang-cubes' cube centres and
-    /// the instruction's goal, the arm tasks' cube centres), so the encoders learn where things are and what the words ask
-    /// from a dense signal, not only through the denoising loss (docs/policy.md, "An auxiliary
-    /// target for the encoders"). The policy never reads the privileged values. 0 (the
-    /// default, left out of a serialised config): no head, no auxiliary loss.
+    /// the instruction's goal, the arm tasks' cube centres), so the encoders learn where things
+    /// are and what the words ask from a dense signal, not only through the denoising loss
+    /// (docs/policy.md, "An auxiliary target for the encoders"). The policy never reads the
+    /// privileged values. 0 (the default, left out of a serialised config): no head, no
+    /// auxiliary loss.
     #[serde(skip_serializing_if = "is_zero")]
     pub aux_weight: f64,
 }
