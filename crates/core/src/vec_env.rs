@@ -101,12 +101,30 @@ impl<E: Env> VecEnv<E> {
 
     /// Resets every environment; environment `i` draws its episodes from `derive(seed, i)`.
     pub fn reset(&mut self, seed: u64) -> Vec<Observation> {
+        let streams: Vec<u64> = (0..self.slots.len())
+            .map(|i| derive(seed, i as u64))
+            .collect();
+        self.reset_streams(&streams)
+    }
+
+    /// Resets every environment; environment `i` draws its episodes from the seed stream
+    /// `streams[i]` (its first episode from `derive(streams[i], 0)`, as [`VecEnv::reset`]). Two
+    /// environments given the same stream start from the same state.
+    ///
+    /// # Panics
+    /// When `streams` does not hold one seed per environment (a caller's bug).
+    pub fn reset_streams(&mut self, streams: &[u64]) -> Vec<Observation> {
+        assert_eq!(
+            streams.len(),
+            self.slots.len(),
+            "reset_streams needs one seed per environment"
+        );
         self.pool.install(|| {
             self.slots
                 .par_iter_mut()
-                .enumerate()
-                .map(|(i, s)| {
-                    s.seed = derive(seed, i as u64);
+                .zip(streams)
+                .map(|(s, &stream)| {
+                    s.seed = stream;
                     s.episode = 0;
                     s.done = false;
                     s.env.reset(derive(s.seed, 0))

@@ -11,7 +11,9 @@ use diffrl_core::seeding::{derive, rng};
 use diffrl_core::vec_env::VecEnv;
 
 use crate::LearnError;
-use crate::rollout::{CollectStats, GroupRollout, collect_groups, record_rollout_series};
+use crate::rollout::{
+    CollectStats, GroupRollout, collect_groups, fresh_starts, record_rollout_series,
+};
 use crate::session::Session;
 
 /// What one iteration collected.
@@ -112,13 +114,17 @@ pub(crate) fn collect_round<E: Env, B: AutodiffBackend>(
     group_size: usize,
     rec: &dyn Recorder,
 ) -> Result<Round, LearnError> {
+    let starts = match run.cfg.start_pool {
+        0 => fresh_starts(derive(it_seed, 100 + round as u64), groups, group_size),
+        pool => pool_starts(run, round, groups, pool),
+    };
     let (rollouts, stats) = collect_groups(
         venv,
         &run.policy.valid(),
         Some(run.reference.base_or_model()),
         groups,
         group_size,
-        derive(it_seed, 100 + round as u64),
+        &starts,
         &mut rng(derive(it_seed, 1 + round as u64)),
         &run.device,
         rec,
@@ -134,6 +140,33 @@ pub(crate) fn collect_round<E: Env, B: AutodiffBackend>(
         stats,
     })
 }
+
+/// `[grpo] start_pool`: the run's fixed pool of `pool` initial states (seed streams derived
+/// from the run's seed alone), walked in order and wrapping: collection round `round` of
+/// iteration i takes the next `groups` members after those of the rounds before it (every
+/// iteration counted with its maximum number of rounds), so a pool of `groups` gives every
+/// iteration the same starts.
+fn pool_starts<B: AutodiffBackend>(
+    run: &Session<'_, B>,
+    round: usize,
+    groups: usize,
+    pool: usize,
+) -> Vec<u64> {
+    let rounds = if run.cfg.dynamic_sampling {
+        1 + run.cfg.max_resample_rounds
+    } else {
+        1
+    };
+    let root = derive(run.seed, START_POOL_STREAM);
+    let first = (run.iteration * rounds + round) * groups;
+    (first..first + groups)
+        .map(|k| derive(root, (k % pool) as u64))
+        .collect()
+}
+
+/// The seed stream of `[grpo] start_pool` under the run's seed (distinct from the iterations'
+/// `derive(seed, iteration)`).
+const START_POOL_STREAM: u64 = 0x5354_4152_5450_4f4f;
 
 /// The reward module's rewards of one group's rollouts.
 fn score_group(

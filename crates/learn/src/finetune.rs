@@ -107,6 +107,12 @@ pub struct GrpoConfig {
     /// (the default; the rollouts' own likelihoods); policies without pixels ignore it.
     #[serde(skip_serializing_if = "is_zero_usize")]
     pub random_shift: usize,
+    /// Initial states from a fixed pool: 0 = fresh ones every iteration (the default); N > 0 =
+    /// the groups start from N states drawn once from the run's seed, taken in order and
+    /// wrapping, so N = `groups` trains on the same starts at every iteration. PPO's
+    /// independent rollouts take one member each.
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    pub start_pool: usize,
     /// Lower ratio clip epsilon.
     pub clip_low: f64,
     /// Upper ratio clip epsilon.
@@ -161,6 +167,7 @@ impl Default for GrpoConfig {
             weight_decay: 0.0,
             ema_decay: 0.0,
             random_shift: 0,
+            start_pool: 0,
             clip_low: 0.01,
             clip_high: 0.01,
             beta: 0.0,

@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use diffrl_core::env::Env;
 use diffrl_core::episode::Episode;
 use diffrl_core::record::{PolicyCall, Recorder};
-use diffrl_core::seeding::Rng;
+use diffrl_core::seeding::{Rng, derive};
 use diffrl_core::space::Observation;
 use diffrl_core::vec_env::{VecEnv, VecStep};
 use diffrl_policy::{ObsBatch, Policy, PolicyModel, SampleMode};
@@ -136,9 +136,18 @@ fn denormalized_chain<B: Backend>(policy: &Policy<B>, chain: &[f32]) -> Vec<f32>
     out
 }
 
+/// Fresh initial states for `groups` groups of `group_size` rollouts drawn from `seed`: group
+/// g's seed stream is the one [`VecEnv::reset`]`(seed)` gives environment `g * group_size`.
+pub fn fresh_starts(seed: u64, groups: usize, group_size: usize) -> Vec<u64> {
+    (0..groups)
+        .map(|g| derive(seed, (g * group_size) as u64))
+        .collect()
+}
+
 /// Plays `groups` groups of `group_size` rollouts on `venv` (which must hold exactly
-/// `groups * group_size` environments and reset in the same step). Environment `g * G` of each
-/// group draws the initial state from `seed`; the group's other environments restore it.
+/// `groups * group_size` environments and reset in the same step). The first environment of
+/// group g starts the first episode of the seed stream `starts[g]` ([`fresh_starts`], or
+/// members of a fixed pool); the group's other environments restore its state.
 /// Rollouts are stochastic (the rollout chain, with `frozen` running the chain steps before
 /// the fine-tuned ones) and record their chains. With `rec` on, rollout 0 is recorded: its
 /// scene and reward at every step and its policy calls (chunks, chains, log-probs); the
@@ -150,7 +159,7 @@ pub fn collect_groups<E: Env, B: Backend>(
     frozen: Option<&PolicyModel<B>>,
     groups: usize,
     group_size: usize,
-    seed: u64,
+    starts: &[u64],
     rng: &mut Rng,
     device: &B::Device,
     rec: &dyn Recorder,
@@ -162,8 +171,20 @@ pub fn collect_groups<E: Env, B: Backend>(
             venv.len()
         )));
     }
+    if starts.len() != groups {
+        return Err(LearnError::Data(format!(
+            "group rollouts need one initial state per group ({groups}), got {}",
+            starts.len()
+        )));
+    }
     let t = Instant::now();
-    let mut first = venv.reset(seed);
+    let streams: Vec<u64> = (0..n)
+        .map(|i| match i % group_size {
+            0 => starts[i / group_size],
+            j => derive(starts[i / group_size], j as u64),
+        })
+        .collect();
+    let mut first = venv.reset_streams(&streams);
     for g in 0..groups {
         let snap = venv.snapshot(g * group_size);
         for j in 1..group_size {

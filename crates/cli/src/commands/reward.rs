@@ -14,7 +14,7 @@ use diffrl_core::record::{Level, Recorder, StepSeries, Timeline};
 use diffrl_core::reward::{OutcomeReward, RewardModule};
 use diffrl_core::seeding::{derive, rng};
 use diffrl_core::space::ImageObs;
-use diffrl_learn::rollout::collect_groups;
+use diffrl_learn::rollout::{collect_groups, fresh_starts};
 use diffrl_policy::checkpoint;
 use diffrl_reward::labels::LabelKind;
 use diffrl_reward::metrics::RewardMetrics;
@@ -495,7 +495,7 @@ fn policy_rollouts(
             None,
             n,
             1,
-            derive(seed, 1000 + round),
+            &fresh_starts(derive(seed, 1000 + round), n, 1),
             &mut r,
             &device,
             &diffrl_core::record::NoRecorder,

@@ -691,6 +691,92 @@ fn the_weight_average_is_deployed_and_leaves_training_unchanged() {
     );
 }
 
+/// Scores the toy's outcome and records the first state of every rollout it scores, in the
+/// order the learner scores them (group by group).
+struct StartsSeen(std::sync::Mutex<Vec<f32>>);
+impl diffrl_core::reward::RewardModule for StartsSeen {
+    fn name(&self) -> String {
+        "score, starts recorded".into()
+    }
+    fn rewards(
+        &self,
+        ep: &diffrl_core::Episode,
+    ) -> Result<diffrl_core::reward::EpisodeRewards, diffrl_core::reward::RewardFailure> {
+        self.0.lock().unwrap().push(ep.observations[0].state[0]);
+        OutcomeReward {
+            outcome: Outcome::Score,
+            success_bonus: 1.0,
+            time_cost: 0.0,
+        }
+        .rewards(ep)
+    }
+}
+
+/// `[grpo] start_pool`: the groups start from a fixed pool of states taken in order, wrapping
+/// (a pool of `groups` trains on the same starts at every iteration); 0 draws fresh ones. PPO's
+/// independent rollouts take one member each.
+#[test]
+fn a_start_pool_replays_its_initial_states_in_order() {
+    let d = tempfile::tempdir().unwrap();
+    let pre = pretrained(&d.path().join("bc"));
+    // The starts of each iteration, one per group (PPO: per rollout).
+    let starts = |algorithm: Algorithm, start_pool: usize, name: &str| -> Vec<Vec<f32>> {
+        let cfg = GrpoConfig {
+            iterations: 3,
+            epochs: 1,
+            start_pool,
+            ..toy_grpo()
+        };
+        let seen = StartsSeen(std::sync::Mutex::new(Vec::new()));
+        let out = d.path().join(name);
+        train_reachable(&pre, &cfg, algorithm, &seen, &out, &mut grpo::NoHooks).unwrap();
+        let seen = seen.0.into_inner().unwrap();
+        let per_start = match algorithm {
+            Algorithm::Ppo => 1,
+            _ => cfg.group_size,
+        };
+        let per_iteration = cfg.groups * cfg.group_size;
+        assert_eq!(seen.len(), cfg.iterations * per_iteration);
+        seen.chunks(per_iteration)
+            .map(|it| {
+                let firsts: Vec<f32> = it.chunks(per_start).map(|g| g[0]).collect();
+                for (g, members) in it.chunks(per_start).enumerate() {
+                    assert!(
+                        members.iter().all(|&x| x == members[0]),
+                        "{name}: group {g} did not share its start: {members:?}"
+                    );
+                }
+                firsts
+            })
+            .collect()
+    };
+    // Fresh starts: every group of every iteration starts elsewhere.
+    let fresh = starts(Algorithm::Grpo, 0, "fresh");
+    let all: Vec<f32> = fresh.concat();
+    for (i, a) in all.iter().enumerate() {
+        assert!(!all[i + 1..].contains(a), "fresh starts repeat: {fresh:?}");
+    }
+    // A pool of `groups` (4): the same four starts at every iteration.
+    let same = starts(Algorithm::Grpo, 4, "pool4");
+    assert!(same.iter().all(|it| *it == same[0]), "{same:?}");
+    // A pool of 6: iteration 1 takes members 4, 5, 0, 1; iteration 2 members 2, 3, 4, 5.
+    let six = starts(Algorithm::Grpo, 6, "pool6");
+    let pool: Vec<f32> = six[0].iter().chain(&six[1][..2]).copied().collect();
+    assert_eq!(six[1][2..], pool[..2], "{six:?}");
+    assert_eq!(six[2], pool[2..], "{six:?}");
+    for (i, a) in pool.iter().enumerate() {
+        assert!(!pool[i + 1..].contains(a), "pool members repeat: {pool:?}");
+    }
+    // PPO, 32 independent rollouts an iteration from a pool of 40: members 0-31, then 32-39
+    // and 0-23, then 24-39 and 0-15; the pool is the run's, the same as GRPO's.
+    let ppo = starts(Algorithm::Ppo, 40, "ppo40");
+    let members: Vec<f32> = ppo[0].iter().chain(&ppo[1][..8]).copied().collect();
+    assert_eq!(ppo[1][8..], members[..24]);
+    assert_eq!(ppo[2][..16], members[24..]);
+    assert_eq!(ppo[2][16..], members[..16]);
+    assert_eq!(members[..6], pool[..], "PPO's pool is not GRPO's");
+}
+
 struct StopAt {
     calls: Cell<usize>,
     at: usize,
