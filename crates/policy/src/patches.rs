@@ -161,13 +161,20 @@ impl<B: Backend> PatchEncoder<B> {
         let [_, h, w] = self.input_shape;
         let (hp, wp) = (h.div_ceil(self.patch), w.div_ceil(self.patch));
         let device = s.device();
+        // Patches on the last axis ([N, 3K, T], one copy): the softmax, the sums and the
+        // centres' broadcast (a row shared by every row) then run on contiguous rows, where
+        // Burn's CPU backend has its fast paths. Over the middle axis the read-out added 25 ms
+        // to the encoder's forward and backward pass at batch 64, this way 16 ms (the patch
+        // encoder itself: 17 ms; `cargo bench -p diffrl-policy --bench encoder`).
+        let s = s.swap_dims(1, 2);
+        let rows = |x: Tensor<B, 3>| x.reshape([n * k, t]);
         let centre = |i: usize, count: usize| (2.0 * i as f32 + 1.0) / count as f32 - 1.0;
-        let cx: Vec<f32> = (0..t).map(|i| centre(i % wp, wp)).collect();
-        let cy: Vec<f32> = (0..t).map(|i| centre(i / wp, hp)).collect();
-        let col = |v: Vec<f32>| Tensor::<B, 3>::from_data(TensorData::new(v, [1, t, 1]), &device);
-        let weights = activation::softmax(s.clone().narrow(2, 0, k), 1);
-        let x = col(cx) + activation::tanh(s.clone().narrow(2, k, k)).div_scalar(wp as f32);
-        let y = col(cy) + activation::tanh(s.narrow(2, 2 * k, k)).div_scalar(hp as f32);
+        let row = |v: Vec<f32>| Tensor::<B, 2>::from_data(TensorData::new(v, [1, t]), &device);
+        let cx = row((0..t).map(|i| centre(i % wp, wp)).collect());
+        let cy = row((0..t).map(|i| centre(i / wp, hp)).collect());
+        let weights = activation::softmax(rows(s.clone().narrow(1, 0, k)), 1);
+        let x = activation::tanh(rows(s.clone().narrow(1, k, k))).div_scalar(wp as f32) + cx;
+        let y = activation::tanh(rows(s.narrow(1, 2 * k, k))).div_scalar(hp as f32) + cy;
         let x = (weights.clone() * x).sum_dim(1).reshape([n, k]);
         let y = (weights * y).sum_dim(1).reshape([n, k]);
         Tensor::cat(vec![x, y], 1)
