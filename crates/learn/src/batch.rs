@@ -152,13 +152,8 @@ fn pool_starts<B: AutodiffBackend>(
     groups: usize,
     pool: usize,
 ) -> Vec<u64> {
-    let rounds = if run.cfg.dynamic_sampling {
-        1 + run.cfg.max_resample_rounds
-    } else {
-        1
-    };
     let root = derive(run.seed, START_POOL_STREAM);
-    let first = (run.iteration * rounds + round) * groups;
+    let first = (run.iteration * run.cfg.collection_rounds() + round) * groups;
     (first..first + groups)
         .map(|k| derive(root, (k % pool) as u64))
         .collect()

@@ -150,6 +150,18 @@ pub struct GrpoConfig {
     pub implicit_prm: Option<ImplicitPrmConfig>,
 }
 
+impl GrpoConfig {
+    /// Collection rounds an iteration may take: 1, or with DAPO dynamic sampling 1 +
+    /// `max_resample_rounds`.
+    pub fn collection_rounds(&self) -> usize {
+        if self.dynamic_sampling {
+            1 + self.max_resample_rounds
+        } else {
+            1
+        }
+    }
+}
+
 impl Default for GrpoConfig {
     fn default() -> Self {
         Self {

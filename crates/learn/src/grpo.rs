@@ -177,11 +177,7 @@ fn collect_with_dynamic_sampling<E: Env, B: AutodiffBackend>(
 ) -> Result<Batch, LearnError> {
     let cfg = run.cfg;
     let t = Instant::now();
-    let rounds = if cfg.dynamic_sampling {
-        1 + cfg.max_resample_rounds
-    } else {
-        1
-    };
+    let rounds = cfg.collection_rounds();
     let mut batch = Batch::default();
     for round in 0..rounds {
         let rec = if round == 0 { rec } else { &NoRecorder };
