@@ -51,13 +51,14 @@ pub fn run_eval<B: Backend>(
             diffrl_viz::paths::EVAL_SUMMARY,
             Level::Info,
             &format!(
-                "evaluation (seed {seed}): success {:.1}% ({}/{}; Wilson 95% CI {:.1}-{:.1}%),                  mean max score {:.3}, mean length {:.1}",
+                "evaluation (seed {seed}): success {:.1}% ({}/{}; Wilson 95% CI {:.1}-{:.1}%),                  mean max score {:.3}{}, mean length {:.1}",
                 100.0 * r.success_rate,
                 r.successes,
                 r.episodes,
                 100.0 * r.ci95[0],
                 100.0 * r.ci95[1],
                 r.mean_max_score,
+                max_reward_text(r),
                 r.mean_length
             ),
         );
@@ -118,6 +119,7 @@ pub(crate) fn periodic_eval<B: Backend>(
         "success_rate": r.success_rate,
         "ci95": r.ci95,
         "mean_max_score": r.mean_max_score,
+        "mean_max_reward": r.mean_max_reward,
         "mean_length": r.mean_length,
         "episodes": r.episodes,
         "metrics": r.metrics
@@ -167,16 +169,23 @@ pub(crate) fn write_report(path: &Path, r: &EvalReport) -> anyhow::Result<()> {
 }
 
 /// Prints an evaluation's one-line summary.
+/// `, mean max reward 0.953` (LeRobot's `avg_max_reward`), or nothing for a report without it.
+pub(crate) fn max_reward_text(r: &EvalReport) -> String {
+    r.mean_max_reward
+        .map_or_else(String::new, |m| format!(", mean max reward {m:.3}"))
+}
+
 pub(crate) fn print_report(out: &mut dyn Write, r: &EvalReport) -> anyhow::Result<()> {
     writeln!(
         out,
-        "eval: success {:.1}% ({}/{}; Wilson 95% CI {:.1}-{:.1}%), mean max score {:.3}, mean length {:.1}",
+        "eval: success {:.1}% ({}/{}; Wilson 95% CI {:.1}-{:.1}%), mean max score {:.3}{}, mean length {:.1}",
         100.0 * r.success_rate,
         r.successes,
         r.episodes,
         100.0 * r.ci95[0],
         100.0 * r.ci95[1],
         r.mean_max_score,
+        max_reward_text(r),
         r.mean_length
     )?;
     if !r.metrics.is_empty() {

@@ -54,6 +54,22 @@ fn every_stage_then_reuse_then_config_changes() {
             assert!(!s[policy][key].is_null(), "summary.{policy}.{key}: {s}");
         }
         assert_eq!(s[policy]["episodes"], 4);
+        // gym-pusht's metric: the step reward is clip(coverage / 0.95, 0, 1), so an episode's
+        // highest reward is that of its highest coverage.
+        let e = json(&run.join(format!("eval/{policy}.json")));
+        let eps = e["per_episode"].as_array().unwrap();
+        let mut sum = 0.0;
+        for ep in eps {
+            let score = ep["max_score"].as_f64().unwrap();
+            let reward = ep["max_reward"].as_f64().unwrap();
+            assert!(
+                (reward - (score / 0.95).clamp(0.0, 1.0)).abs() < 1e-6,
+                "{policy}: {ep}"
+            );
+            sum += reward;
+        }
+        let mean = s[policy]["mean_max_reward"].as_f64().unwrap();
+        assert!((mean - sum / eps.len() as f64).abs() < 1e-6, "{s}");
     }
     assert!(
         s["reward"]["voc"]

@@ -29,8 +29,13 @@ pub struct EpisodeStats {
     pub episode: u64,
     /// Whether the task succeeded.
     pub success: bool,
-    /// Highest score reached (Push-T: coverage reward).
+    /// Highest score reached (Push-T: coverage).
     pub max_score: f32,
+    /// Highest step reward reached (Push-T: gym-pusht's reward, clip(coverage / 0.95, 0, 1),
+    /// whose episode maximum LeRobot reports as `avg_max_reward`). None in reports written
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_reward: Option<f32>,
     /// Sum of rewards.
     pub total_reward: f32,
     /// Steps taken.
@@ -120,6 +125,10 @@ pub struct EvalReport {
     pub ci95: [f64; 2],
     /// Mean over episodes of the highest score.
     pub mean_max_score: f64,
+    /// Mean over episodes of the highest step reward (LeRobot's `avg_max_reward`); None when
+    /// an episode lacks it (a report written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_max_reward: Option<f64>,
     /// Mean episode length.
     pub mean_length: f64,
     /// Root seed.
@@ -176,6 +185,10 @@ impl EvalReport {
             },
             ci95: [lo, hi],
             mean_max_score: mean(&|e| f64::from(e.max_score)),
+            mean_max_reward: per_episode
+                .iter()
+                .all(|e| e.max_reward.is_some())
+                .then(|| mean(&|e| e.max_reward.map_or(0.0, f64::from))),
             mean_length: mean(&|e| e.length as f64),
             seed,
             envs,
@@ -362,6 +375,7 @@ impl EpisodeStats {
             episode,
             success: false,
             max_score: f32::NEG_INFINITY,
+            max_reward: Some(f32::NEG_INFINITY),
             total_reward: 0.0,
             length: 0,
             metrics: BTreeMap::new(),
@@ -390,6 +404,7 @@ impl runner::Agent for Scorer<'_> {
         c.length += 1;
         c.total_reward += step.rewards[env];
         c.max_score = c.max_score.max(step.infos[env].score);
+        c.max_reward = c.max_reward.map(|m| m.max(step.rewards[env]));
         c.success |= step.infos[env].success;
         if step.terminated[env] || step.truncated[env] {
             c.metrics = step.infos[env]
@@ -422,6 +437,33 @@ mod tests {
         let mut e = EpisodeStats::start(0, 0);
         e.metrics = metrics.iter().map(|&(k, v)| (k.to_string(), v)).collect();
         e
+    }
+
+    #[test]
+    fn the_mean_max_reward_needs_every_episode_and_old_reports_read_without_it() {
+        let with = |r: f32| EpisodeStats {
+            max_score: 0.5,
+            max_reward: Some(r),
+            ..episode(&[])
+        };
+        let r = EvalReport::from_episodes(vec![with(1.0), with(0.5)], 0, 1);
+        assert_eq!(r.mean_max_reward, Some(0.75));
+        let old = EpisodeStats {
+            max_reward: None,
+            ..with(0.0)
+        };
+        let mixed = EvalReport::from_episodes(vec![with(1.0), old], 0, 1);
+        assert_eq!(mixed.mean_max_reward, None);
+        // A report written before the field existed.
+        let mut json = serde_json::to_value(&mixed).unwrap();
+        assert!(json.get("mean_max_reward").is_none());
+        json["per_episode"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("max_reward");
+        let back: EvalReport = serde_json::from_value(json).unwrap();
+        assert_eq!(back.per_episode[0].max_reward, None);
+        assert_eq!(back.mean_max_reward, None);
     }
 
     #[test]

@@ -875,6 +875,7 @@ mod tests {
             success_rate: successes as f64 / 10.0,
             ci95: [0.1, 0.5],
             mean_max_score: score,
+            mean_max_reward: None,
             mean_length: 200.0,
             seed: 1,
             envs: 2,

@@ -311,7 +311,7 @@ pub(super) fn finish(
     let pct = |v: f64| 100.0 * v;
     let row = |name: &str, e: &EvalReport| {
         format!(
-            "| {name} | {} | {:.1}% ({}/{}) | {:.1}-{:.1}% | {:.3} | {:.1} |\n",
+            "| {name} | {} | {:.1}% ({}/{}) | {:.1}-{:.1}% | {:.3} | {} | {:.1} |\n",
             e.episodes,
             pct(e.success_rate),
             e.successes,
@@ -319,6 +319,8 @@ pub(super) fn finish(
             pct(e.ci95[0]),
             pct(e.ci95[1]),
             e.mean_max_score,
+            e.mean_max_reward
+                .map_or_else(|| "-".to_string(), |m| format!("{m:.3}")),
             e.mean_length
         )
     };
@@ -327,7 +329,9 @@ pub(super) fn finish(
         "# diffrl run `{name}`{quick}\n\nConfig: `config.toml` (resolved). Task: {task}. Dataset: `{ds}`. \
          Summary: `summary.json`. Recording: `recording.rrd` (`diffrl view {root}`).\n\n\
          ## Results\n\nSame {n} seeded episodes for both policies (root seed {seed}, deterministic DDIM chains).\n\n\
-         | policy | episodes | success | Wilson 95% CI | mean max score | mean length |\n|---|---|---|---|---|---|\n{bc}{grpo}\n",
+         | policy | episodes | success | Wilson 95% CI | mean max score | mean max reward | mean length |\n|---|---|---|---|---|---|---|\n{bc}{grpo}\n\
+         Mean max score: each episode's highest task score (Push-T: coverage); mean max reward: its highest step reward \
+         (Push-T: gym-pusht's clip(coverage / 0.95, 0, 1); LeRobot reports it as `avg_max_reward`).\n\n",
         name = cfg.run.name,
         quick = if quick { " (--quick preset)" } else { "" },
         task = cfg.task,
@@ -447,12 +451,16 @@ pub(super) fn finish(
         .with_context(|| format!("writing {}", root.join("report.md").display()))?;
     writeln!(
         out,
-        "BC {:.1}% -> {} {:.1}% success (mean max score {:.3} -> {:.3}); reward model VOC {:.3}; {:.0} s",
+        "BC {:.1}% -> {} {:.1}% success (mean max score {:.3} -> {:.3}{}); reward model VOC {:.3}; {:.0} s",
         pct(r.bc.success_rate),
         learner(r),
         pct(r.grpo.success_rate),
         r.bc.mean_max_score,
         r.grpo.mean_max_score,
+        match (r.bc.mean_max_reward, r.grpo.mean_max_reward) {
+            (Some(a), Some(b)) => format!(", mean max reward {a:.3} -> {b:.3}"),
+            _ => String::new(),
+        },
         r.reward.voc,
         total
     )?;
@@ -472,6 +480,7 @@ mod tests {
             episode: 0,
             success: false,
             max_score: s,
+            max_reward: None,
             total_reward: 0.0,
             length: 1,
             metrics: Default::default(),
@@ -493,6 +502,7 @@ mod tests {
             episode: 0,
             success,
             max_score: 0.5,
+            max_reward: None,
             total_reward: 0.0,
             length: 1,
             metrics: Default::default(),

@@ -491,7 +491,7 @@ fn read_report(path: &Path) -> anyhow::Result<EvalReport> {
 }
 
 pub(super) fn brief(r: &EvalReport) -> Value {
-    let mut v = json!({"success_rate": r.success_rate, "ci95": r.ci95, "mean_max_score": r.mean_max_score, "episodes": r.episodes, "successes": r.successes, "mean_length": r.mean_length});
+    let mut v = json!({"success_rate": r.success_rate, "ci95": r.ci95, "mean_max_score": r.mean_max_score, "mean_max_reward": r.mean_max_reward, "episodes": r.episodes, "successes": r.successes, "mean_length": r.mean_length});
     if !r.metrics.is_empty() {
         v["metrics"] = json!(r.metrics);
     }
