@@ -14,7 +14,7 @@
 # Run it on an otherwise idle machine: torch's OpenMP threads spin while they wait, so with
 # other work on the cores the 2-thread numbers collapse (OMP_WAIT_POLICY=PASSIVE in the
 # environment avoids that; each JSON line records the 1-minute load average).
-# Usage: tools/bench_vla.sh [repeats=100] [rounds=1]
+# Usage: [CONFIG=configs/vla.toml] tools/bench_vla.sh [repeats=100] [rounds=1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/target_dir.sh
@@ -27,13 +27,18 @@ mkdir -p "$(dirname "$out")"
 
 # configs/vla.toml has FiLM and sample prediction since 2026-11-27 (docs/vla.md's first speed
 # table; for its table of the earlier network drop these two flags and those lines of the config).
-run_torch() { "$PY" tools/bench_vla_torch.py --threads "$1" --repeats "$repeats" --film --prediction sample; }
+# CONFIG (default configs/vla.toml) chooses the network; its image read-out is passed on to
+# PyTorch (32 keypoints, the [policy.encoder.image] default, for kind = "patch-keypoints").
+config=${CONFIG:-configs/vla.toml}
+read_out=()
+if grep -q '^kind = "patch-keypoints"' "$config"; then read_out=(--keypoints 32); fi
+run_torch() { "$PY" tools/bench_vla_torch.py --threads "$1" --repeats "$repeats" --film --prediction sample "${read_out[@]}"; }
 
 # ---- Rust side: `diffrl bench vla` prints the same JSON lines with "impl": "diffrl".
 # Burn's Flex backend and diffrl run on rayon, so RAYON_NUM_THREADS sets the thread count.
 cargo build --release --locked -q -p diffrl-cli
 DIFFRL="${CARGO_TARGET_DIR:-target}/release/diffrl"
-run_rust() { RAYON_NUM_THREADS="$1" "$DIFFRL" bench vla --config configs/vla.toml --repeats "$repeats"; }
+run_rust() { RAYON_NUM_THREADS="$1" "$DIFFRL" bench vla --config "$config" --repeats "$repeats"; }
 # --------------------------------------------------------------------------------------------
 
 for _ in $(seq "$rounds"); do

@@ -12,6 +12,9 @@ tools/bench_vla.sh refuses to compare runs whose parameter counts or settings di
                   h = GELU(Linear(192, 64)(x) + pos[64, 64])
                   f = GELU(Linear(64, 32)(h))
                   img = Linear(64 * 32, 64)(flatten(f))
+                  (--keypoints K, `kind = "patch-keypoints"`: [l, ox, oy] = Linear(32, 3K)(f),
+                  w = softmax over the 64 patches of l, x_k = sum_t w_tk (cx_t + tanh(ox_tk) / 8),
+                  y_k likewise with cy_t (patch centres in [-1, 1]), img = Linear(2K, 64)([x, y]))
   text encoder    word-level tokens: lowercased alphanumeric runs, <pad> = 0, <unk> = 1, then
   (tokenizer.rs,  the sorted words of the 72 training paraphrases (V = 30); every instruction
   text_encoder.rs) padded to 16 ids. The batch's U distinct instructions are encoded once:
@@ -130,14 +133,22 @@ def text_tokens(rows):
 
 
 class PatchEncoder(nn.Module):
-    def __init__(self, patch, hidden, token_dim, out_dim):
+    def __init__(self, patch, hidden, token_dim, out_dim, keypoints):
         super().__init__()
         c, h, w = IMAGE
         self.patch, tokens = patch, (h // patch) * (w // patch)
         self.embed = nn.Linear(c * patch * patch, hidden)
         self.pos = nn.Parameter(torch.randn(tokens, hidden) * 0.02)
         self.mix = nn.Linear(hidden, token_dim)
-        self.head = nn.Linear(tokens * token_dim, out_dim)
+        self.k = keypoints
+        if keypoints:
+            hp, wp = h // patch, w // patch
+            self.keypoints = nn.Linear(token_dim, 3 * keypoints)
+            centre = lambda i, count: (2 * i + 1) / count - 1
+            self.register_buffer("cx", torch.tensor([centre(t % wp, wp) for t in range(tokens)]))
+            self.register_buffer("cy", torch.tensor([centre(t // wp, hp) for t in range(tokens)]))
+            self.scale = (wp, hp)
+        self.head = nn.Linear(2 * keypoints if keypoints else tokens * token_dim, out_dim)
 
     def forward(self, images):
         n, c, h, w = images.shape
@@ -145,7 +156,15 @@ class PatchEncoder(nn.Module):
         x = (images * 2 - 1).reshape(n, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5)
         x = x.reshape(n, (h // p) * (w // p), c * p * p)
         f = nn.functional.gelu(self.mix(nn.functional.gelu(self.embed(x) + self.pos)))
-        return self.head(f.flatten(1))
+        if not self.k:
+            return self.head(f.flatten(1))
+        # [N, T, 3K] -> [N, 3K, T]: the softmax and sums over the patches, as patches.rs.
+        s = self.keypoints(f).transpose(1, 2)
+        l, ox, oy = s.split(self.k, dim=1)
+        weights = l.softmax(dim=-1)
+        xs = (weights * (self.cx + ox.tanh() / self.scale[0])).sum(-1)
+        ys = (weights * (self.cy + oy.tanh() / self.scale[1])).sum(-1)
+        return self.head(torch.cat([xs, ys], dim=-1))
 
 
 class TextEncoder(nn.Module):
@@ -196,7 +215,8 @@ class ResidualMlpDenoiser(nn.Module):
 class VlaPolicy(nn.Module):
     def __init__(self, args, vocab):
         super().__init__()
-        self.patches = PatchEncoder(args.patch_size, args.patch_hidden, args.token_dim, args.image_out)
+        self.patches = PatchEncoder(args.patch_size, args.patch_hidden, args.token_dim, args.image_out,
+                                    args.keypoints)
         self.text = TextEncoder(vocab, args.max_tokens, args.d_model, args.heads, args.layers, args.ff_dim,
                                 args.text_out)
         cond = args.obs_horizon * (STATE_DIM + args.image_out) + args.text_out
@@ -252,6 +272,8 @@ def main():
     p.add_argument("--patch-hidden", type=int, default=64)
     p.add_argument("--token-dim", type=int, default=32)
     p.add_argument("--image-out", type=int, default=64)
+    p.add_argument("--keypoints", type=int, default=0,
+                   help="the keypoint read-out's K (kind = \"patch-keypoints\"); 0: the linear read-out")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
