@@ -168,13 +168,13 @@ pub(crate) fn write_report(path: &Path, r: &EvalReport) -> anyhow::Result<()> {
     write_atomic(path, &json).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Prints an evaluation's one-line summary.
 /// `, mean max reward 0.953` (LeRobot's `avg_max_reward`), or nothing for a report without it.
 pub(crate) fn max_reward_text(r: &EvalReport) -> String {
     r.mean_max_reward
         .map_or_else(String::new, |m| format!(", mean max reward {m:.3}"))
 }
 
+/// Prints an evaluation's one-line summary.
 pub(crate) fn print_report(out: &mut dyn Write, r: &EvalReport) -> anyhow::Result<()> {
     writeln!(
         out,
