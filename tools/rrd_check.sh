@@ -13,8 +13,13 @@ PY=$(tools/venv.sh rerun)
 RERUN="$(dirname "$PY")/rerun"
 export RERUN_ANALYTICS=0
 "$RERUN" analytics disable > /dev/null 2>&1 || true
-cargo build -q -p diffrl-cli --locked
-bin="${CARGO_TARGET_DIR:-target}/debug/diffrl"
+# tools/test.sh names the binary its build made; run alone, the script builds one.
+if [ -n "${DIFFRL_BIN:-}" ]; then
+  bin="$DIFFRL_BIN"
+else
+  cargo build -q -p diffrl-cli --locked
+  bin="${CARGO_TARGET_DIR:-target}/debug/diffrl"
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat > "$tmp/tiny.toml" <<TOML

@@ -9,8 +9,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/target_dir.sh
 PY=$(tools/venv.sh serve)
-cargo build -q -p diffrl-cli --locked
-bin="${CARGO_TARGET_DIR:-target}/debug/diffrl"
+# tools/test.sh names the binary its build made; run alone, the script builds one.
+if [ -n "${DIFFRL_BIN:-}" ]; then
+  bin="$DIFFRL_BIN"
+else
+  cargo build -q -p diffrl-cli --locked
+  bin="${CARGO_TARGET_DIR:-target}/debug/diffrl"
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # tiny NAME: writes $tmp/NAME.toml, the task's own lines (stdin) followed by the run, horizon,
