@@ -222,6 +222,62 @@ fn every_stage_then_reuse_then_config_changes() {
     assert!(e.contains("sac") && e.contains("ppo"), "{e}");
 }
 
+/// A run folder that records its own demos can be moved or copied: its stages' fingerprints
+/// name the demos relative to the folder, so `--resume` in the new place reuses every stage. A
+/// folder written before that (the folder's own path in its fingerprints) is recognised too.
+#[test]
+fn a_moved_run_folder_reuses_its_stages() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let line = text.lines().find(|l| l.starts_with("dataset = ")).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replacen(line, "dataset = \"\"\nepisodes = 3\nnoise_px = 0.0", 1),
+    )
+    .unwrap();
+    let run = d.path().join("run");
+    let out = run.display().to_string();
+    let first = diffrl(&["run", &cfg, "--out", &out, "--rerun", "off"]).unwrap();
+    assert!(first.contains("3 expert episodes"), "{first}");
+    let s = json(&run.join("summary.json"));
+    let stages = ["pretrain", "reward", "grpo", "eval"];
+    let sep = std::path::MAIN_SEPARATOR;
+    let relative = format!("<run>{sep}demos");
+    let marker = std::fs::read_to_string(run.join("pretrain/stage.json")).unwrap();
+    assert!(
+        marker.contains(&relative) && !marker.contains(&out),
+        "{marker}"
+    );
+
+    // As versions before 2026-11-28 wrote them: the folder's own path.
+    for stage in stages {
+        for f in ["stage.json", "fingerprint.json"] {
+            let p = run.join(stage).join(f);
+            let t = std::fs::read_to_string(&p).unwrap();
+            std::fs::write(&p, t.replace(&relative, &format!("{out}{sep}demos"))).unwrap();
+        }
+    }
+    let old = diffrl(&["run", &cfg, "--out", &out, "--rerun", "off"]).unwrap();
+    assert_eq!(old.matches("reusing").count(), 5, "{old}");
+    let marker = std::fs::read_to_string(run.join("eval/stage.json")).unwrap();
+    assert!(
+        marker.contains(&relative),
+        "rewritten in the new form: {marker}"
+    );
+
+    // Moved under another name: the config names another folder, so --resume, and nothing
+    // is redone.
+    std::fs::create_dir(d.path().join("backup")).unwrap();
+    let moved = d.path().join("backup").join("run-1");
+    std::fs::rename(&run, &moved).unwrap();
+    let out2 = moved.display().to_string();
+    let log = diffrl(&["run", &cfg, "--out", &out2, "--resume", "--rerun", "off"]).unwrap();
+    assert_eq!(log.matches("reusing").count(), 5, "{log}");
+    let s2 = json(&moved.join("summary.json"));
+    assert_eq!((&s["bc"], &s["grpo"]), (&s2["bc"], &s2["grpo"]));
+}
+
 /// Fingerprints follow what a stage reads: GRPO shaped by the run's own progress model is
 /// redone when the reward stage retrains that model, though GRPO's settings did not change.
 #[test]

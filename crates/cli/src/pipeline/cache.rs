@@ -1,7 +1,7 @@
 //! Stage folders: the fingerprint that decides reuse, resume or restart.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use diffrl_core::fs::{content_hash, write_atomic};
@@ -22,24 +22,38 @@ pub(super) enum StageState {
 }
 
 impl Stage {
-    /// Opens `dir` for settings `fp`; prints `header: fresh` when the stage starts from nothing.
+    /// Opens the stage folder `root/name` for settings `fp`; prints `header: fresh` when the
+    /// stage starts from nothing. Paths inside the run folder `root` enter the fingerprint
+    /// relative to it ([`run_relative`]), so a copied or moved run folder keeps its stages; a
+    /// folder written before that (the run folder's own path in its fingerprints) is still
+    /// recognised, and its markers are rewritten in the new form.
     pub fn open(
-        dir: PathBuf,
+        root: &Path,
+        name: &str,
         fp: Value,
         header: &str,
         fresh: &str,
         out: &mut dyn Write,
     ) -> anyhow::Result<(Self, StageState)> {
+        let dir = root.join(name);
+        let legacy = fp;
+        let fp = run_relative(&legacy, root);
+        let same = |v: &Value| *v == fp || *v == legacy;
         let read = |name: &str| -> Option<Value> {
             std::fs::read_to_string(dir.join(name))
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok())
         };
-        if let Some(m) = read("stage.json").filter(|m| m["fingerprint"] == fp) {
+        if let Some(mut m) = read("stage.json").filter(|m| same(&m["fingerprint"])) {
             writeln!(out, "{header}: reusing {} (same settings)", dir.display())?;
+            if m["fingerprint"] != fp {
+                m["fingerprint"] = fp.clone();
+                write_json(&dir.join("stage.json"), &m)?;
+                write_json(&dir.join("fingerprint.json"), &fp)?;
+            }
             return Ok((Self { dir, fp }, StageState::Done(m)));
         }
-        let state = if read("fingerprint.json").is_some_and(|f| f == fp) {
+        let state = if read("fingerprint.json").is_some_and(|f| same(&f)) {
             writeln!(out, "{header}: resuming {}", dir.display())?;
             StageState::Partial
         } else {
@@ -57,21 +71,44 @@ impl Stage {
             StageState::Fresh
         };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        write_atomic(
-            &dir.join("fingerprint.json"),
-            serde_json::to_string_pretty(&fp)?.as_bytes(),
-        )
-        .with_context(|| format!("writing {}", dir.join("fingerprint.json").display()))?;
+        write_json(&dir.join("fingerprint.json"), &fp)?;
         Ok((Self { dir, fp }, state))
     }
 
     /// Marks the stage complete with its wall time and results.
     pub fn finish(&self, seconds: f64, results: Value) -> anyhow::Result<Value> {
         let marker = json!({"fingerprint": self.fp, "seconds": seconds, "results": results});
-        let path = self.dir.join("stage.json");
-        write_atomic(&path, serde_json::to_string_pretty(&marker)?.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_json(&self.dir.join("stage.json"), &marker)?;
         Ok(marker)
+    }
+}
+
+fn write_json(path: &Path, v: &Value) -> anyhow::Result<()> {
+    write_atomic(path, serde_json::to_string_pretty(v)?.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// How fingerprints name the run folder: `<run>/demos` is the run's own demos/ wherever the
+/// folder lies.
+const RUN_FOLDER: &str = "<run>";
+
+/// `fp` with every string that is a path inside the run folder `root` (the recorded demos'
+/// folder, a model the config names there) rewritten relative to it, from [`RUN_FOLDER`].
+pub(super) fn run_relative(fp: &Value, root: &Path) -> Value {
+    let sep = std::path::MAIN_SEPARATOR;
+    let prefix = format!("{}{sep}", root.display());
+    match fp {
+        Value::String(s) => match s.strip_prefix(&prefix) {
+            Some(rest) if !rest.is_empty() => json!(format!("{RUN_FOLDER}{sep}{rest}")),
+            _ => fp.clone(),
+        },
+        Value::Array(a) => Value::Array(a.iter().map(|v| run_relative(v, root)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), run_relative(v, root)))
+                .collect(),
+        ),
+        _ => fp.clone(),
     }
 }
 
@@ -96,4 +133,46 @@ pub(super) fn reward_model_hashes(
         }
     }
     Ok(hashes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_inside_the_run_folder_are_named_from_it_and_nothing_else_changes() {
+        let root = Path::new("runs").join("vla");
+        let fp = json!({
+            "dataset": root.join("demos"),
+            "pretrain": {"dataset": root.join("demos"), "steps": 3},
+            "models": [root.join("reward").join("progress"), "runs/vla-other/demos"],
+            "name": "runs/vla",
+            "elsewhere": "assets/pusht_pusher_200",
+            "seed": 0,
+        });
+        let sep = std::path::MAIN_SEPARATOR;
+        let demos = format!("<run>{sep}demos");
+        assert_eq!(
+            run_relative(&fp, &root),
+            json!({
+                "dataset": demos,
+                "pretrain": {"dataset": demos, "steps": 3},
+                "models": [format!("<run>{sep}reward{sep}progress"), "runs/vla-other/demos"],
+                "name": "runs/vla",
+                "elsewhere": "assets/pusht_pusher_200",
+                "seed": 0,
+            })
+        );
+        // The same run moved: the same fingerprint.
+        let moved = Path::new("backup").join("vla-1");
+        let fp2 = json!({
+            "dataset": moved.join("demos"),
+            "pretrain": {"dataset": moved.join("demos"), "steps": 3},
+            "models": [moved.join("reward").join("progress"), "runs/vla-other/demos"],
+            "name": "runs/vla",
+            "elsewhere": "assets/pusht_pusher_200",
+            "seed": 0,
+        });
+        assert_eq!(run_relative(&fp2, &moved), run_relative(&fp, &root));
+    }
 }

@@ -157,7 +157,8 @@ fn pretrain_stage<B: AutodiffBackend>(
         fp["expert"] = json!(cfg.expert);
     }
     let (stage, state) = Stage::open(
-        cx.root.join("pretrain"),
+        &cx.root,
+        "pretrain",
         fp.clone(),
         &h,
         &format!("behaviour cloning on {}", dataset.display()),
@@ -250,7 +251,8 @@ fn reward_stage<B: AutodiffBackend>(
     let h = header(2, "reward");
     let fp = json!({"dataset": dataset, "progress": cfg.reward.progress, "obs": cfg.env.observation(), "vs_policy": {"pretrain": pre.fp, "episodes": VS_POLICY_EPISODES}});
     let (stage, state) = Stage::open(
-        cx.root.join("reward"),
+        &cx.root,
+        "reward",
         fp,
         &h,
         "progress reward model Phi(s) on the dataset",
@@ -373,7 +375,8 @@ fn grpo_stage<B: AutodiffBackend>(
         fp["finetune"] = json!(cfg.run.finetune);
     }
     let (stage, state) = Stage::open(
-        cx.root.join("grpo"),
+        &cx.root,
+        "grpo",
         fp.clone(),
         &h,
         "fine-tuning the BC policy",
@@ -419,7 +422,8 @@ fn eval_stage<B: AutodiffBackend>(
     let h = header(4, "eval");
     let fp = json!({"pretrain": pre.fp, "grpo": grpo_fp, "eval": cfg.eval});
     let (stage, state) = Stage::open(
-        cx.root.join("eval"),
+        &cx.root,
+        "eval",
         fp,
         &h,
         "both policies on the same seeded episodes",
