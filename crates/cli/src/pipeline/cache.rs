@@ -141,19 +141,21 @@ mod tests {
 
     #[test]
     fn paths_inside_the_run_folder_are_named_from_it_and_nothing_else_changes() {
+        let fp_at = |root: &Path| {
+            json!({
+                "dataset": root.join("demos"),
+                "pretrain": {"dataset": root.join("demos"), "steps": 3},
+                "models": [root.join("reward").join("progress"), "runs/vla-other/demos"],
+                "name": "runs/vla",
+                "elsewhere": "assets/pusht_pusher_200",
+                "seed": 0,
+            })
+        };
         let root = Path::new("runs").join("vla");
-        let fp = json!({
-            "dataset": root.join("demos"),
-            "pretrain": {"dataset": root.join("demos"), "steps": 3},
-            "models": [root.join("reward").join("progress"), "runs/vla-other/demos"],
-            "name": "runs/vla",
-            "elsewhere": "assets/pusht_pusher_200",
-            "seed": 0,
-        });
         let sep = std::path::MAIN_SEPARATOR;
         let demos = format!("<run>{sep}demos");
         assert_eq!(
-            run_relative(&fp, &root),
+            run_relative(&fp_at(&root), &root),
             json!({
                 "dataset": demos,
                 "pretrain": {"dataset": demos, "steps": 3},
@@ -165,14 +167,9 @@ mod tests {
         );
         // The same run moved: the same fingerprint.
         let moved = Path::new("backup").join("vla-1");
-        let fp2 = json!({
-            "dataset": moved.join("demos"),
-            "pretrain": {"dataset": moved.join("demos"), "steps": 3},
-            "models": [moved.join("reward").join("progress"), "runs/vla-other/demos"],
-            "name": "runs/vla",
-            "elsewhere": "assets/pusht_pusher_200",
-            "seed": 0,
-        });
-        assert_eq!(run_relative(&fp2, &moved), run_relative(&fp, &root));
+        assert_eq!(
+            run_relative(&fp_at(&moved), &moved),
+            run_relative(&fp_at(&root), &root)
+        );
     }
 }
