@@ -551,6 +551,12 @@ pub fn dapo_keep(outcomes: &[f64]) -> bool {
     outcomes.iter().any(|&r| r != outcomes[0])
 }
 
+/// Dynamic sampling by success (`[grpo] dynamic_sampling_by = "success"`): keep a group iff
+/// some of its rollouts succeeded and some failed.
+pub fn mixed_success(successes: &[bool]) -> bool {
+    successes.iter().any(|&s| s) && successes.iter().any(|&s| !s)
+}
+
 fn check_finite(
     what: &'static str,
     rollout: usize,
@@ -1511,6 +1517,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("> 0"), "{err}");
+    }
+
+    #[test]
+    fn success_sampling_keeps_only_groups_with_both_successes_and_failures() {
+        assert!(mixed_success(&[true, false, true]));
+        assert!(!mixed_success(&[true, true]));
+        assert!(!mixed_success(&[false, false, false]));
+        assert!(!mixed_success(&[]));
     }
 
     #[test]

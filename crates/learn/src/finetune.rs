@@ -51,6 +51,24 @@ impl Algorithm {
     }
 }
 
+/// What DAPO dynamic sampling compares within a group (`[grpo] dynamic_sampling_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DynamicSamplingBy {
+    /// Keep a group whose outcomes are not all equal (DAPO's rule).
+    #[default]
+    Outcome,
+    /// Keep a group in which some rollouts succeed and some fail: with a graded outcome (the
+    /// best coverage, say) groups that all succeed, or all fail, are dropped too.
+    Success,
+}
+
+impl DynamicSamplingBy {
+    fn is_outcome(&self) -> bool {
+        *self == Self::Outcome
+    }
+}
+
 /// Fine-tuning settings (`[grpo]` in a run config; `diffrl ppo` reads the same table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -130,6 +148,10 @@ pub struct GrpoConfig {
     pub advantage: AdvantageConfig,
     /// DAPO dynamic sampling: drop groups whose rewards are all equal and collect more.
     pub dynamic_sampling: bool,
+    /// What dynamic sampling compares within a group: outcomes (DAPO, the default) or
+    /// successes.
+    #[serde(skip_serializing_if = "DynamicSamplingBy::is_outcome")]
+    pub dynamic_sampling_by: DynamicSamplingBy,
     /// Extra collection rounds dynamic sampling may use per iteration.
     pub max_resample_rounds: usize,
     /// Non-finite losses skipped before the run stops with an error.
@@ -188,6 +210,7 @@ impl Default for GrpoConfig {
             target_kl: 0.0,
             advantage: AdvantageConfig::default(),
             dynamic_sampling: false,
+            dynamic_sampling_by: DynamicSamplingBy::Outcome,
             max_resample_rounds: 2,
             max_nan_updates: 3,
             checkpoint_every: 1,
@@ -260,6 +283,11 @@ impl Validate for GrpoConfig {
             self.checkpoint_every >= 1,
             "checkpoint_every",
             "must be >= 1",
+        )?;
+        ensure(
+            self.dynamic_sampling || self.dynamic_sampling_by.is_outcome(),
+            "dynamic_sampling_by",
+            "chooses dynamic sampling's rule, which is off: set dynamic_sampling = true",
         )?;
         self.ppo.validate().map_err(|e| e.within("ppo"))?;
         self.advantage

@@ -21,10 +21,12 @@ use diffrl_reward::implicit::{ChainCall, DpoStats, ImplicitPrm};
 use crate::LearnError;
 use crate::advantages::{
     AdvantageConfig, Estimator, GroupRewards, LambdaRollout, anchor_cells, dapo_keep,
-    group_advantages, grpo_lambda,
+    group_advantages, grpo_lambda, mixed_success,
 };
 use crate::batch::{Batch, Round, collect_round};
-pub use crate::finetune::{Algorithm, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome, NoHooks};
+pub use crate::finetune::{
+    Algorithm, DynamicSamplingBy, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome, NoHooks,
+};
 pub use crate::ppo::{Critic, CriticInput, PpoConfig};
 use crate::rollout::GroupRollout;
 use crate::session::Session;
@@ -165,7 +167,8 @@ fn gigpo_anchor_cells<E: Env>(
 }
 
 /// Collects `groups` groups of `group_size` rollouts. With DAPO dynamic sampling (Yu et al.
-/// 2025; docs/algorithms.md §3) a group is kept only when its outcomes are not all equal, and up
+/// 2025; docs/algorithms.md §3) a group is kept only when its outcomes are not all equal (with
+/// `dynamic_sampling_by = "success"`: when it holds both successes and failures), and up
 /// to `max_resample_rounds` more rounds are collected until `groups` are kept; the last round
 /// keeps whatever fills the batch. Only round 0 is recorded.
 fn collect_with_dynamic_sampling<E: Env, B: AutodiffBackend>(
@@ -197,9 +200,19 @@ fn collect_with_dynamic_sampling<E: Env, B: AutodiffBackend>(
         )?;
         batch.add_round(&stats);
         for (g, (members, rewards)) in rollouts.chunks(cfg.group_size).zip(rewards).enumerate() {
-            let outcomes: Vec<f64> = rewards.iter().map(|r| r.outcome).collect();
+            let informative = match cfg.dynamic_sampling_by {
+                DynamicSamplingBy::Outcome => {
+                    let outcomes: Vec<f64> = rewards.iter().map(|r| r.outcome).collect();
+                    dapo_keep(&outcomes)
+                }
+                DynamicSamplingBy::Success => {
+                    let successes: Vec<bool> =
+                        members.iter().map(|m| m.episode.success()).collect();
+                    mixed_success(&successes)
+                }
+            };
             let keep = batch.groups < cfg.groups
-                && (!cfg.dynamic_sampling || dapo_keep(&outcomes) || round + 1 == rounds);
+                && (!cfg.dynamic_sampling || informative || round + 1 == rounds);
             let recorded = stats.recorded_env_step.filter(|_| g == 0);
             batch.add_group(members, rewards, keep, recorded);
         }

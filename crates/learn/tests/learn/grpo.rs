@@ -18,7 +18,7 @@ use diffrl_learn::advantages::{AdvantageConfig, Estimator};
 use diffrl_learn::bc::{self, BcConfig};
 use diffrl_learn::data::{ChunkDataset, fit_normalizers};
 use diffrl_learn::eval::evaluate;
-use diffrl_learn::grpo::{self, Algorithm, GrpoConfig, GrpoHooks, GrpoLog};
+use diffrl_learn::grpo::{self, Algorithm, DynamicSamplingBy, GrpoConfig, GrpoHooks, GrpoLog};
 use diffrl_learn::ppo::PpoRewards;
 use diffrl_policy::config::{DenoiserConfig, DiffusionConfig, PolicyConfig};
 use diffrl_policy::{CpuAutodiff, CpuBackend, Policy, PolicySpec, SampleMode};
@@ -777,6 +777,91 @@ fn a_start_pool_replays_its_initial_states_in_order() {
     assert_eq!(members[..6], pool[..], "PPO's pool is not GRPO's");
 }
 
+/// The toy's graded outcome (max score plus 1 on success), recording each scored episode's
+/// success in the order the learner scores them.
+struct RecordSuccess(std::sync::Mutex<Vec<bool>>);
+impl diffrl_core::reward::RewardModule for RecordSuccess {
+    fn name(&self) -> String {
+        "score, successes recorded".into()
+    }
+    fn rewards(
+        &self,
+        ep: &diffrl_core::Episode,
+    ) -> Result<diffrl_core::reward::EpisodeRewards, diffrl_core::reward::RewardFailure> {
+        self.0.lock().unwrap().push(ep.success());
+        let base = OutcomeReward {
+            outcome: Outcome::Score,
+            success_bonus: 1.0,
+            time_cost: 0.0,
+        };
+        diffrl_core::reward::RewardModule::rewards(&base, ep)
+    }
+}
+
+/// Dynamic sampling by success keeps exactly the groups that hold both a success and a
+/// failure (until the batch is full; the last round fills it with whatever comes), where the
+/// outcome rule keeps every group of a graded outcome. The dropped count is recomputed from
+/// the successes the reward module saw, round by round.
+#[test]
+fn dynamic_sampling_by_success_drops_groups_that_all_succeed_or_all_fail() {
+    let d = tempfile::tempdir().unwrap();
+    let pre = pretrained(&d.path().join("bc"));
+    let run = |by: DynamicSamplingBy, name: &str| {
+        let cfg = GrpoConfig {
+            iterations: 1,
+            epochs: 1,
+            dynamic_sampling: true,
+            dynamic_sampling_by: by,
+            ..toy_grpo()
+        };
+        let seen = RecordSuccess(std::sync::Mutex::new(Vec::new()));
+        let mut logs = Collect(Vec::new());
+        train_reachable(
+            &pre,
+            &cfg,
+            Algorithm::Grpo,
+            &seen,
+            &d.path().join(name),
+            &mut logs,
+        )
+        .unwrap();
+        (cfg, seen.0.into_inner().unwrap(), logs.0)
+    };
+    let (cfg, successes, logs) = run(DynamicSamplingBy::Success, "by-success");
+    let per_round = cfg.groups * cfg.group_size;
+    let rounds = cfg.collection_rounds();
+    let (mut kept, mut dropped, mut mixed_seen, mut uniform_seen) = (0, 0, 0, 0);
+    for (r, round) in successes.chunks(per_round).enumerate() {
+        for g in round.chunks(cfg.group_size) {
+            let mixed = g.contains(&true) && g.contains(&false);
+            if mixed {
+                mixed_seen += 1;
+            } else {
+                uniform_seen += 1;
+            }
+            if kept < cfg.groups && (mixed || r + 1 == rounds) {
+                kept += 1;
+            } else {
+                dropped += 1;
+            }
+        }
+        if kept == cfg.groups {
+            break;
+        }
+    }
+    assert_eq!(successes.len() % per_round, 0, "partial rounds were scored");
+    assert!(
+        mixed_seen > 0 && uniform_seen > 0,
+        "the toy should give both kinds of group: {mixed_seen} mixed, {uniform_seen} uniform"
+    );
+    assert_eq!(logs[0].dropped_groups, dropped, "{successes:?}");
+    assert!(dropped > 0, "{successes:?}");
+    // The outcome rule on a graded outcome keeps every group of the first round.
+    let (_, successes, logs) = run(DynamicSamplingBy::Outcome, "by-outcome");
+    assert_eq!(successes.len(), per_round);
+    assert_eq!(logs[0].dropped_groups, 0);
+}
+
 struct StopAt {
     calls: Cell<usize>,
     at: usize,
@@ -919,6 +1004,14 @@ fn bad_settings_are_refused_with_the_cause() {
         ..toy_grpo()
     });
     assert!(e.contains("ema_decay") && e.contains("[0, 1)"), "{e}");
+    let e = err(GrpoConfig {
+        dynamic_sampling_by: DynamicSamplingBy::Success,
+        ..toy_grpo()
+    });
+    assert!(
+        e.contains("dynamic_sampling_by") && e.contains("dynamic_sampling = true"),
+        "{e}"
+    );
     // GiGPO needs anchor cells: the toy task gives none, so gigpo_grid must be set.
     let e = err(GrpoConfig {
         advantage: AdvantageConfig {
