@@ -578,11 +578,13 @@ mod tests {
         assert_eq!(c.policy, PolicyConfig::default());
         assert_eq!(c.pretrain, BcConfig::default());
         assert_eq!(c.eval, EvalSection::default());
-        // The four [grpo] settings the Push-T job sets, each naming its default in the file.
+        // The six [grpo] settings the Push-T job sets, each naming its default in the file.
         let mut grpo = GrpoConfig {
             iterations: 100,
             eval_every: 10,
             lr: 6e-5,
+            dynamic_sampling: true,
+            dynamic_sampling_by: diffrl_learn::grpo::DynamicSamplingBy::Success,
             ..GrpoConfig::default()
         };
         grpo.advantage.estimator = diffrl_learn::advantages::Estimator::GrpoLambda;
@@ -590,6 +592,11 @@ mod tests {
         assert_eq!(GrpoConfig::default().iterations, 30);
         assert_eq!(GrpoConfig::default().eval_every, 5);
         assert_eq!(GrpoConfig::default().lr, 3e-5);
+        assert!(!GrpoConfig::default().dynamic_sampling);
+        assert_eq!(
+            GrpoConfig::default().dynamic_sampling_by,
+            diffrl_learn::grpo::DynamicSamplingBy::Outcome
+        );
         assert_eq!(
             GrpoConfig::default().advantage.estimator,
             diffrl_learn::advantages::Estimator::Grpo

@@ -37,6 +37,8 @@ pub(crate) struct Batch {
     pub stats: CollectStats,
     /// (`env_step` of rollout 0's start, its index in `kept`) when it was recorded and kept.
     pub recorded: Option<(i64, usize)>,
+    /// The recorded rollout with its start and rewards when dynamic sampling dropped its group.
+    pub recorded_dropped: Option<(i64, GroupRollout, EpisodeRewards)>,
     /// Seconds collecting and scoring.
     pub collect_s: f64,
 }
@@ -66,6 +68,11 @@ impl Batch {
             .sum::<f64>();
         if !keep {
             self.dropped += 1;
+            if let (Some(t), Some(first), Some(rw)) =
+                (recorded_env_step, members.first(), rewards.first())
+            {
+                self.recorded_dropped = Some((t, first.clone(), rw.clone()));
+            }
             return;
         }
         if let Some(t) = recorded_env_step {
@@ -80,10 +87,14 @@ impl Batch {
     }
 
     /// Logs the recorded rollout's per-step series with its `advantages` (per kept rollout,
-    /// per decision) when it was kept ([`record_rollout_series`]).
+    /// per decision) ([`record_rollout_series`]). When dynamic sampling dropped its group, the
+    /// update gives its decisions no weight, and the series shows advantage 0.
     pub fn record_series(&self, rec: &dyn Recorder, advantages: &[Vec<f64>]) {
         if let Some((t, ri)) = self.recorded {
             record_rollout_series(rec, t, &self.kept[ri], &self.rewards[ri], &advantages[ri]);
+        } else if let Some((t, rollout, rewards)) = &self.recorded_dropped {
+            let zeros = vec![0.0; rollout.decisions.len()];
+            record_rollout_series(rec, *t, rollout, rewards, &zeros);
         }
     }
 }
