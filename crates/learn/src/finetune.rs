@@ -287,7 +287,8 @@ impl Validate for GrpoConfig {
         ensure(
             self.dynamic_sampling || self.dynamic_sampling_by.is_outcome(),
             "dynamic_sampling_by",
-            "chooses dynamic sampling's rule, which is off: set dynamic_sampling = true",
+            "chooses dynamic sampling's rule, which is off: set dynamic_sampling = true to \
+             use it, or dynamic_sampling_by = \"outcome\" (the default) to leave it off",
         )?;
         self.ppo.validate().map_err(|e| e.within("ppo"))?;
         self.advantage
