@@ -189,6 +189,13 @@ pub fn finetune<B: AutodiffBackend>(
              with [grpo.ppo] rewards = \"outcome\" (the default): set rewards = \"steps\""
         );
     }
+    if algorithm == Algorithm::Ppo && cfg.grpo.dynamic_sampling {
+        writeln!(
+            out,
+            "note: [grpo] dynamic_sampling selects GRPO's groups; PPO's independent rollouts \
+             are all kept"
+        )?;
+    }
     if algorithm == Algorithm::Grpo
         && cfg.grpo.advantage.estimator == Estimator::GrpoLambda
         && cfg.reward.shaping.is_none()
