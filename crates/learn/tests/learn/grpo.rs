@@ -691,18 +691,32 @@ fn the_weight_average_is_deployed_and_leaves_training_unchanged() {
     );
 }
 
-/// Scores the toy's outcome and records the first state of every rollout it scores, in the
-/// order the learner scores them (group by group).
-struct StartsSeen(std::sync::Mutex<Vec<f32>>);
-impl diffrl_core::reward::RewardModule for StartsSeen {
+/// Scores the toy's graded outcome (max score plus 1 on success) and records `what` of every
+/// rollout it scores, in the order the learner scores them (group by group).
+struct Recorded<T> {
+    seen: std::sync::Mutex<Vec<T>>,
+    what: fn(&diffrl_core::Episode) -> T,
+}
+impl<T> Recorded<T> {
+    fn new(what: fn(&diffrl_core::Episode) -> T) -> Self {
+        Self {
+            seen: std::sync::Mutex::new(Vec::new()),
+            what,
+        }
+    }
+    fn into_seen(self) -> Vec<T> {
+        self.seen.into_inner().unwrap()
+    }
+}
+impl<T: Send> diffrl_core::reward::RewardModule for Recorded<T> {
     fn name(&self) -> String {
-        "score, starts recorded".into()
+        "score, recorded".into()
     }
     fn rewards(
         &self,
         ep: &diffrl_core::Episode,
     ) -> Result<diffrl_core::reward::EpisodeRewards, diffrl_core::reward::RewardFailure> {
-        self.0.lock().unwrap().push(ep.observations[0].state[0]);
+        self.seen.lock().unwrap().push((self.what)(ep));
         OutcomeReward {
             outcome: Outcome::Score,
             success_bonus: 1.0,
@@ -727,10 +741,10 @@ fn a_start_pool_replays_its_initial_states_in_order() {
             start_pool,
             ..toy_grpo()
         };
-        let seen = StartsSeen(std::sync::Mutex::new(Vec::new()));
+        let seen = Recorded::new(|ep| ep.observations[0].state[0]);
         let out = d.path().join(name);
         train_reachable(&pre, &cfg, algorithm, &seen, &out, &mut grpo::NoHooks).unwrap();
-        let seen = seen.0.into_inner().unwrap();
+        let seen = seen.into_seen();
         let per_start = match algorithm {
             Algorithm::Ppo => 1,
             _ => cfg.group_size,
@@ -777,27 +791,6 @@ fn a_start_pool_replays_its_initial_states_in_order() {
     assert_eq!(members[..6], pool[..], "PPO's pool is not GRPO's");
 }
 
-/// The toy's graded outcome (max score plus 1 on success), recording each scored episode's
-/// success in the order the learner scores them.
-struct RecordSuccess(std::sync::Mutex<Vec<bool>>);
-impl diffrl_core::reward::RewardModule for RecordSuccess {
-    fn name(&self) -> String {
-        "score, successes recorded".into()
-    }
-    fn rewards(
-        &self,
-        ep: &diffrl_core::Episode,
-    ) -> Result<diffrl_core::reward::EpisodeRewards, diffrl_core::reward::RewardFailure> {
-        self.0.lock().unwrap().push(ep.success());
-        let base = OutcomeReward {
-            outcome: Outcome::Score,
-            success_bonus: 1.0,
-            time_cost: 0.0,
-        };
-        diffrl_core::reward::RewardModule::rewards(&base, ep)
-    }
-}
-
 /// Dynamic sampling by success keeps exactly the groups that hold both a success and a
 /// failure (until the batch is full; the last round fills it with whatever comes), where the
 /// outcome rule keeps every group of a graded outcome. The dropped count is recomputed from
@@ -814,7 +807,7 @@ fn dynamic_sampling_by_success_drops_groups_that_all_succeed_or_all_fail() {
             dynamic_sampling_by: by,
             ..toy_grpo()
         };
-        let seen = RecordSuccess(std::sync::Mutex::new(Vec::new()));
+        let seen = Recorded::new(|ep| ep.success());
         let mut logs = Collect(Vec::new());
         train_reachable(
             &pre,
@@ -825,7 +818,7 @@ fn dynamic_sampling_by_success_drops_groups_that_all_succeed_or_all_fail() {
             &mut logs,
         )
         .unwrap();
-        (cfg, seen.0.into_inner().unwrap(), logs.0)
+        (cfg, seen.into_seen(), logs.0)
     };
     let (cfg, successes, logs) = run(DynamicSamplingBy::Success, "by-success");
     let per_round = cfg.groups * cfg.group_size;
