@@ -557,6 +557,12 @@ pub fn mixed_success(successes: &[bool]) -> bool {
     successes.iter().any(|&s| s) && successes.iter().any(|&s| !s)
 }
 
+/// Dynamic sampling by failure (`[grpo] dynamic_sampling_by = "failure"`, with [`dapo_keep`]
+/// on the outcomes): a group that all succeeded is dropped, one that all failed is not.
+pub fn some_failure(successes: &[bool]) -> bool {
+    successes.iter().any(|&s| !s)
+}
+
 fn check_finite(
     what: &'static str,
     rollout: usize,
@@ -1525,6 +1531,10 @@ mod tests {
         assert!(!mixed_success(&[true, true]));
         assert!(!mixed_success(&[false, false, false]));
         assert!(!mixed_success(&[]));
+        assert!(some_failure(&[true, false, true]));
+        assert!(some_failure(&[false, false]));
+        assert!(!some_failure(&[true, true]));
+        assert!(!some_failure(&[]));
     }
 
     #[test]

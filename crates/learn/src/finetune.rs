@@ -61,6 +61,10 @@ pub enum DynamicSamplingBy {
     /// Keep a group in which some rollouts succeed and some fail: with a graded outcome (the
     /// best coverage, say) groups that all succeed, or all fail, are dropped too.
     Success,
+    /// Keep a group in which some rollout fails and whose outcomes are not all equal: groups
+    /// that all succeed are dropped, groups that all fail stay (their graded outcomes rank
+    /// the failures).
+    Failure,
 }
 
 impl DynamicSamplingBy {

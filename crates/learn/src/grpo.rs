@@ -21,7 +21,7 @@ use diffrl_reward::implicit::{ChainCall, DpoStats, ImplicitPrm};
 use crate::LearnError;
 use crate::advantages::{
     AdvantageConfig, Estimator, GroupRewards, LambdaRollout, anchor_cells, dapo_keep,
-    group_advantages, grpo_lambda, mixed_success,
+    group_advantages, grpo_lambda, mixed_success, some_failure,
 };
 use crate::batch::{Batch, Round, collect_round};
 pub use crate::finetune::{
@@ -168,7 +168,8 @@ fn gigpo_anchor_cells<E: Env>(
 
 /// Collects `groups` groups of `group_size` rollouts. With DAPO dynamic sampling (Yu et al.
 /// 2025; docs/algorithms.md §3) a group is kept only when its outcomes are not all equal (with
-/// `dynamic_sampling_by = "success"`: when it holds both successes and failures), and up
+/// `dynamic_sampling_by = "success"`: when it holds both successes and failures; `"failure"`:
+/// when some rollout fails and the outcomes differ), and up
 /// to `max_resample_rounds` more rounds are collected until `groups` are kept; the last round
 /// keeps whatever fills the batch. Only round 0 is recorded.
 fn collect_with_dynamic_sampling<E: Env, B: AutodiffBackend>(
@@ -209,6 +210,12 @@ fn collect_with_dynamic_sampling<E: Env, B: AutodiffBackend>(
                     let successes: Vec<bool> =
                         members.iter().map(|m| m.episode.success()).collect();
                     mixed_success(&successes)
+                }
+                DynamicSamplingBy::Failure => {
+                    let outcomes: Vec<f64> = rewards.iter().map(|r| r.outcome).collect();
+                    let successes: Vec<bool> =
+                        members.iter().map(|m| m.episode.success()).collect();
+                    some_failure(&successes) && dapo_keep(&outcomes)
                 }
             };
             let keep = batch.groups < cfg.groups

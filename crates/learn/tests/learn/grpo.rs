@@ -106,6 +106,16 @@ fn venv(n: usize, reachable: bool) -> VecEnv<Reach> {
 /// Random-action demonstrations: behaviour cloning learns to wander.
 fn poor_demos() -> Vec<Episode> {
     let mut r = rng(5);
+    demos(|_| r.random_range(-1.0..1.0))
+}
+
+/// Demonstrations that head straight for the target: behaviour cloning mostly succeeds.
+fn good_demos() -> Vec<Episode> {
+    demos(|x| ((TARGET - x) / 0.25).clamp(-1.0, 1.0))
+}
+
+/// 40 episodes from seeds 1000.., the action a function of x.
+fn demos(mut act: impl FnMut(f32) -> f32) -> Vec<Episode> {
     let mut env = Reach {
         reachable: true,
         ..Reach::default()
@@ -115,7 +125,7 @@ fn poor_demos() -> Vec<Episode> {
             let mut e = Episode::default();
             let mut obs = env.reset(1000 + i);
             for _ in 0..STEPS {
-                let a = vec![r.random_range(-1.0..1.0)];
+                let a = vec![act(env.x)];
                 let s = env.step(&a).unwrap();
                 e.push(obs, a, s.reward, s.info.score, s.info.success);
                 obs = s.obs;
@@ -150,13 +160,16 @@ fn policy_config() -> PolicyConfig {
 
 /// Behaviour cloning on the poor demos (fast: a few hundred steps of a tiny net).
 fn pretrained(dir: &Path) -> Policy<CpuBackend> {
-    let eps = poor_demos();
-    let norm = fit_normalizers(&eps).unwrap();
+    pretrained_on(dir, &poor_demos())
+}
+
+fn pretrained_on(dir: &Path, eps: &[Episode]) -> Policy<CpuBackend> {
+    let norm = fit_normalizers(eps).unwrap();
     let cfg = policy_config();
     let spec = PolicySpec::flat(1, 1);
     let device = Default::default();
     let policy = Policy::<CpuAutodiff>::new(cfg.clone(), spec, norm, 1, &device).unwrap();
-    let data = ChunkDataset::build(&eps, cfg.obs_horizon, cfg.pred_horizon, &policy.norm).unwrap();
+    let data = ChunkDataset::build(eps, cfg.obs_horizon, cfg.pred_horizon, &policy.norm).unwrap();
     let bc_cfg = BcConfig {
         steps: 300,
         batch_size: 64,
@@ -792,14 +805,17 @@ fn a_start_pool_replays_its_initial_states_in_order() {
 }
 
 /// Dynamic sampling by success keeps exactly the groups that hold both a success and a
-/// failure (until the batch is full; the last round fills it with whatever comes), where the
-/// outcome rule keeps every group of a graded outcome. The dropped count is recomputed from
-/// the successes the reward module saw, round by round.
+/// failure, by failure exactly those that hold a failure (until the batch is full; the last
+/// round fills it with whatever comes), where the outcome rule keeps every group of a graded
+/// outcome. The dropped count is recomputed from the successes the reward module saw, round
+/// by round. The failure rule starts from a policy cloned from good demonstrations, whose
+/// groups often all succeed.
 #[test]
-fn dynamic_sampling_by_success_drops_groups_that_all_succeed_or_all_fail() {
+fn dynamic_sampling_by_success_or_failure_drops_the_groups_its_rule_names() {
     let d = tempfile::tempdir().unwrap();
-    let pre = pretrained(&d.path().join("bc"));
-    let run = |by: DynamicSamplingBy, name: &str| {
+    let poor = pretrained(&d.path().join("bc"));
+    let good = pretrained_on(&d.path().join("bc-good"), &good_demos());
+    let run = |pre: &Policy<CpuBackend>, by: DynamicSamplingBy, name: &str| {
         let cfg = GrpoConfig {
             iterations: 1,
             epochs: 1,
@@ -810,7 +826,7 @@ fn dynamic_sampling_by_success_drops_groups_that_all_succeed_or_all_fail() {
         let seen = Recorded::new(|ep| ep.success());
         let mut logs = Collect(Vec::new());
         train_reachable(
-            &pre,
+            pre,
             &cfg,
             Algorithm::Grpo,
             &seen,
@@ -820,38 +836,60 @@ fn dynamic_sampling_by_success_drops_groups_that_all_succeed_or_all_fail() {
         .unwrap();
         (cfg, seen.into_seen(), logs.0)
     };
-    let (cfg, successes, logs) = run(DynamicSamplingBy::Success, "by-success");
-    let per_round = cfg.groups * cfg.group_size;
-    let rounds = cfg.collection_rounds();
-    let (mut kept, mut dropped, mut mixed_seen, mut uniform_seen) = (0, 0, 0, 0);
-    for (r, round) in successes.chunks(per_round).enumerate() {
-        for g in round.chunks(cfg.group_size) {
-            let mixed = g.contains(&true) && g.contains(&false);
-            if mixed {
-                mixed_seen += 1;
-            } else {
-                uniform_seen += 1;
+    type Rule = fn(&[bool]) -> bool;
+    let mixed: Rule = |g| g.contains(&true) && g.contains(&false);
+    let failed: Rule = |g| g.contains(&false);
+    let runs: [(&Policy<CpuBackend>, DynamicSamplingBy, &str, Rule); 3] = [
+        (&poor, DynamicSamplingBy::Success, "by-success", mixed),
+        (&poor, DynamicSamplingBy::Failure, "by-failure-poor", failed),
+        (&good, DynamicSamplingBy::Failure, "by-failure-good", failed),
+    ];
+    // Per run: groups seen that all failed, that all succeeded, and groups dropped.
+    let mut seen_kinds = Vec::new();
+    for (pre, by, name, informative) in runs {
+        let (cfg, successes, logs) = run(pre, by, name);
+        let per_round = cfg.groups * cfg.group_size;
+        let rounds = cfg.collection_rounds();
+        let (mut kept, mut dropped, mut all_failed, mut all_succeeded) = (0, 0, 0, 0);
+        for (r, round) in successes.chunks(per_round).enumerate() {
+            for g in round.chunks(cfg.group_size) {
+                all_failed += usize::from(!g.contains(&true));
+                all_succeeded += usize::from(!g.contains(&false));
+                if kept < cfg.groups && (informative(g) || r + 1 == rounds) {
+                    kept += 1;
+                } else {
+                    dropped += 1;
+                }
             }
-            if kept < cfg.groups && (mixed || r + 1 == rounds) {
-                kept += 1;
-            } else {
-                dropped += 1;
+            if kept == cfg.groups {
+                break;
             }
         }
-        if kept == cfg.groups {
-            break;
-        }
+        assert_eq!(
+            successes.len() % per_round,
+            0,
+            "{name}: partial rounds were scored"
+        );
+        assert_eq!(logs[0].dropped_groups, dropped, "{name}: {successes:?}");
+        seen_kinds.push((all_failed, all_succeeded, dropped));
     }
-    assert_eq!(successes.len() % per_round, 0, "partial rounds were scored");
-    assert!(
-        mixed_seen > 0 && uniform_seen > 0,
-        "the toy should give both kinds of group: {mixed_seen} mixed, {uniform_seen} uniform"
-    );
-    assert_eq!(logs[0].dropped_groups, dropped, "{successes:?}");
-    assert!(dropped > 0, "{successes:?}");
+    // The toys give each rule groups it keeps and groups it drops: the poor policy's groups
+    // that all fail (dropped by success, kept by failure), the good one's that all succeed.
+    let [
+        (poor_failed, _, success_dropped),
+        (poor_failed_again, _, _),
+        (_, good_succeeded, good_dropped),
+    ] = seen_kinds[..]
+    else {
+        unreachable!()
+    };
+    assert!(poor_failed > 0 && success_dropped > 0, "{seen_kinds:?}");
+    assert!(poor_failed_again > 0, "{seen_kinds:?}");
+    assert!(good_succeeded > 0 && good_dropped > 0, "{seen_kinds:?}");
     // The outcome rule on a graded outcome keeps every group of the first round.
-    let (_, successes, logs) = run(DynamicSamplingBy::Outcome, "by-outcome");
-    assert_eq!(successes.len(), per_round);
+    let (_, successes, logs) = run(&poor, DynamicSamplingBy::Outcome, "by-outcome");
+    let toy = toy_grpo();
+    assert_eq!(successes.len(), toy.groups * toy.group_size);
     assert_eq!(logs[0].dropped_groups, 0);
 }
 
