@@ -201,22 +201,17 @@ fn collect_with_dynamic_sampling<E: Env, B: AutodiffBackend>(
         )?;
         batch.add_round(&stats);
         for (g, (members, rewards)) in rollouts.chunks(cfg.group_size).zip(rewards).enumerate() {
+            let outcomes = || rewards.iter().map(|r| r.outcome).collect::<Vec<f64>>();
+            let successes = || {
+                members
+                    .iter()
+                    .map(|m| m.episode.success())
+                    .collect::<Vec<_>>()
+            };
             let informative = match cfg.dynamic_sampling_by {
-                DynamicSamplingBy::Outcome => {
-                    let outcomes: Vec<f64> = rewards.iter().map(|r| r.outcome).collect();
-                    dapo_keep(&outcomes)
-                }
-                DynamicSamplingBy::Success => {
-                    let successes: Vec<bool> =
-                        members.iter().map(|m| m.episode.success()).collect();
-                    mixed_success(&successes)
-                }
-                DynamicSamplingBy::Failure => {
-                    let outcomes: Vec<f64> = rewards.iter().map(|r| r.outcome).collect();
-                    let successes: Vec<bool> =
-                        members.iter().map(|m| m.episode.success()).collect();
-                    some_failure(&successes) && dapo_keep(&outcomes)
-                }
+                DynamicSamplingBy::Outcome => dapo_keep(&outcomes()),
+                DynamicSamplingBy::Success => mixed_success(&successes()),
+                DynamicSamplingBy::Failure => some_failure(&successes()) && dapo_keep(&outcomes()),
             };
             let keep = batch.groups < cfg.groups
                 && (!cfg.dynamic_sampling || informative || round + 1 == rounds);

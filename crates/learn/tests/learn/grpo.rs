@@ -844,15 +844,17 @@ fn dynamic_sampling_by_success_or_failure_drops_the_groups_its_rule_names() {
         (&poor, DynamicSamplingBy::Failure, "by-failure-poor", failed),
         (&good, DynamicSamplingBy::Failure, "by-failure-good", failed),
     ];
-    // Per run: groups seen that all failed, that all succeeded, and groups dropped.
+    // Per run: groups seen that were mixed, that all failed, that all succeeded; groups dropped.
     let mut seen_kinds = Vec::new();
     for (pre, by, name, informative) in runs {
         let (cfg, successes, logs) = run(pre, by, name);
         let per_round = cfg.groups * cfg.group_size;
         let rounds = cfg.collection_rounds();
-        let (mut kept, mut dropped, mut all_failed, mut all_succeeded) = (0, 0, 0, 0);
+        let (mut kept, mut dropped) = (0, 0);
+        let (mut mixed_seen, mut all_failed, mut all_succeeded) = (0, 0, 0);
         for (r, round) in successes.chunks(per_round).enumerate() {
             for g in round.chunks(cfg.group_size) {
+                mixed_seen += usize::from(mixed(g));
                 all_failed += usize::from(!g.contains(&true));
                 all_succeeded += usize::from(!g.contains(&false));
                 if kept < cfg.groups && (informative(g) || r + 1 == rounds) {
@@ -871,19 +873,20 @@ fn dynamic_sampling_by_success_or_failure_drops_the_groups_its_rule_names() {
             "{name}: partial rounds were scored"
         );
         assert_eq!(logs[0].dropped_groups, dropped, "{name}: {successes:?}");
-        seen_kinds.push((all_failed, all_succeeded, dropped));
+        seen_kinds.push((mixed_seen, all_failed, all_succeeded, dropped));
     }
     // The toys give each rule groups it keeps and groups it drops: the poor policy's groups
     // that all fail (dropped by success, kept by failure), the good one's that all succeed.
+    let kinds: [(usize, usize, usize, usize); 3] = seen_kinds.clone().try_into().unwrap();
     let [
-        (poor_failed, _, success_dropped),
-        (poor_failed_again, _, _),
-        (_, good_succeeded, good_dropped),
-    ] = seen_kinds[..]
-    else {
-        unreachable!()
-    };
-    assert!(poor_failed > 0 && success_dropped > 0, "{seen_kinds:?}");
+        (mixed_seen, poor_failed, _, success_dropped),
+        (_, poor_failed_again, _, _),
+        (_, _, good_succeeded, good_dropped),
+    ] = kinds;
+    assert!(
+        mixed_seen > 0 && poor_failed > 0 && success_dropped > 0,
+        "{seen_kinds:?}"
+    );
     assert!(poor_failed_again > 0, "{seen_kinds:?}");
     assert!(good_succeeded > 0 && good_dropped > 0, "{seen_kinds:?}");
     // The outcome rule on a graded outcome keeps every group of the first round.
