@@ -604,6 +604,32 @@ mod tests {
         assert_eq!(c.reward, RewardSection::default());
     }
 
+    /// Every shipped run config loads (the `*_randomize.toml` files are `--randomize` sweeps,
+    /// not run configs), and configs/pusht-90.toml is the embedded job with exactly its longer
+    /// BC and GRPO, so the job's measured settings carry over to it.
+    #[test]
+    fn shipped_configs_load_and_the_long_push_t_job_differs_only_in_length() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let p = entry.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if !name.ends_with(".toml") || name.ends_with("_randomize.toml") {
+                continue;
+            }
+            load(Some(&p)).unwrap_or_else(|e| panic!("{e}"));
+            loaded += 1;
+        }
+        assert!(loaded >= 17, "{loaded} configs in {}", dir.display());
+        let (long, _) = load(Some(&dir.join("pusht-90.toml"))).unwrap();
+        let (mut job, _) = load(None).unwrap();
+        assert_ne!(long, job);
+        job.run.name = "pusht-90".into();
+        job.pretrain.steps = 90_000;
+        job.grpo.iterations = 160;
+        assert_eq!(long, job);
+    }
+
     #[test]
     fn written_config_reads_back_equal() {
         let (mut c, _) = load(None).unwrap();
