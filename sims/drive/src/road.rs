@@ -139,6 +139,15 @@ pub struct Lane {
     pub priority: i32,
     /// Arc length at each point.
     cumulative: Vec<f64>,
+    /// Unit direction of each segment.
+    directions: Vec<[f64; 2]>,
+    /// Heading of each segment (rad).
+    headings: Vec<f64>,
+    /// Bounding box of the centre line: [min x, min y, max x, max y].
+    bounds: [f64; 4],
+    /// 1 / cos of the sharpest turn between segments, None at 84 degrees or more
+    /// ([`Lane::local_on_lane`]).
+    corner_reach: Option<f64>,
 }
 
 impl Lane {
@@ -148,31 +157,52 @@ impl Lane {
     }
 
     fn segment(&self, i: usize) -> ([f64; 2], [f64; 2], f64) {
-        let (a, b) = (self.points[i], self.points[i + 1]);
         let len = self.cumulative[i + 1] - self.cumulative[i];
-        (a, [(b[0] - a[0]) / len, (b[1] - a[1]) / len], len)
+        (self.points[i], self.directions[i], len)
     }
 
     /// Local coordinates `(s, r)` of `p`: arc length of its projection on the centre line and
     /// signed offset (positive towards larger y for a lane along +x), on the nearest segment;
     /// past either end the end segment extends.
     pub fn local(&self, p: [f64; 2]) -> (f64, f64) {
+        // The nearest segment is the first with the smallest `hypot`, the costly part. The
+        // squared distance, a few roundings from the exact one, finds it cheaply: a segment
+        // whose squared distance exceeds the smallest by more than 1e-9 relative (far above
+        // those roundings) cannot be the nearest, so only the others are measured with
+        // `hypot`, in order, and the result is that of measuring every segment.
         let n = self.points.len() - 1;
+        let nearest = (0..n)
+            .map(|i| self.offsets(i, p).0)
+            .fold(f64::INFINITY, f64::min);
+        let bound = nearest * (1.0 + 1e-9);
         let mut best = (f64::INFINITY, 0.0, 0.0);
         for i in 0..n {
-            let (a, d, len) = self.segment(i);
-            let (dx, dy) = (p[0] - a[0], p[1] - a[1]);
-            let along = dx * d[0] + dy * d[1];
-            let r = -dx * d[1] + dy * d[0];
-            let lo = if i == 0 { f64::NEG_INFINITY } else { 0.0 };
-            let hi = if i + 1 == n { f64::INFINITY } else { len };
-            let t = along.clamp(lo, hi);
-            let dist = (along - t).abs().hypot(r);
+            let (q, off, t, r) = self.offsets(i, p);
+            if q > bound {
+                continue;
+            }
+            let dist = off.abs().hypot(r);
             if dist < best.0 {
                 best = (dist, self.cumulative[i] + t, r);
             }
         }
         (best.1, best.2)
+    }
+
+    /// For `p` and segment `i` of [`Lane::local`]: the squared distance, the distance along
+    /// the line past the segment's end (0 within it), the clamped arc length within the
+    /// segment and the signed offset. The first segment extends backwards, the last forwards.
+    fn offsets(&self, i: usize, p: [f64; 2]) -> (f64, f64, f64, f64) {
+        let n = self.points.len() - 1;
+        let (a, d, len) = self.segment(i);
+        let (dx, dy) = (p[0] - a[0], p[1] - a[1]);
+        let along = dx * d[0] + dy * d[1];
+        let r = -dx * d[1] + dy * d[0];
+        let lo = if i == 0 { f64::NEG_INFINITY } else { 0.0 };
+        let hi = if i + 1 == n { f64::INFINITY } else { len };
+        let t = along.clamp(lo, hi);
+        let off = along - t;
+        (off * off + r * r, off, t, r)
     }
 
     fn segment_at(&self, s: f64) -> usize {
@@ -193,14 +223,38 @@ impl Lane {
 
     /// Heading of the centre line at arc length `s` (rad).
     pub fn heading_at(&self, s: f64) -> f64 {
-        let (_, d, _) = self.segment(self.segment_at(s));
-        d[1].atan2(d[0])
+        self.headings[self.segment_at(s)]
     }
 
     /// highway-env's `on_lane`: within half the width plus `margin` of the centre line and
     /// between one vehicle length before the start and one after the end.
     pub fn on_lane(&self, s: f64, r: f64, margin: f64) -> bool {
         r.abs() <= self.width / 2.0 + margin && (-LENGTH..self.length() + LENGTH).contains(&s)
+    }
+
+    /// `local(p)` where `on_lane` holds for it with `margin`, else None, answered without
+    /// projecting `p` when it lies too far from the centre line's bounding box to be on the
+    /// lane. A point on the lane lies
+    /// within |r| <= `width / 2 + margin` of a segment, within `hypot(LENGTH, |r|)` of an end
+    /// (past it, on the extension), or, where its nearest point is a corner between two
+    /// segments, within |r| / cos(turn) of that corner: its nearest segment's line passes
+    /// within |r| of it, and a point of the corner's outer wedge is at least cos(turn) times
+    /// its distance from the corner away from that line. Lanes with a turn of 84 degrees or
+    /// more, and points with a coordinate that is not finite, are always projected.
+    pub fn local_on_lane(&self, p: [f64; 2], margin: f64) -> Option<(f64, f64)> {
+        if let Some(per_offset) = self
+            .corner_reach
+            .filter(|_| p.iter().all(|v| v.is_finite()))
+        {
+            let r = self.width / 2.0 + margin;
+            let m = (LENGTH + r).max(r * per_offset) + 1.0;
+            let [x0, y0, x1, y1] = self.bounds;
+            if p[0] < x0 - m || p[0] > x1 + m || p[1] < y0 - m || p[1] > y1 + m {
+                return None;
+            }
+        }
+        let (s, r) = self.local(p);
+        self.on_lane(s, r, margin).then_some((s, r))
     }
 
     /// Whether `(s, r)` lies on the lane's surface (within half the width, between its ends).
@@ -212,6 +266,11 @@ impl Lane {
     /// the heading difference (rad).
     pub fn distance_with_heading(&self, p: [f64; 2], heading: f64) -> f64 {
         let (s, r) = self.local(p);
+        self.distance_with_heading_at(s, r, heading)
+    }
+
+    /// [`Lane::distance_with_heading`] from the local coordinates `(s, r)` of the point.
+    fn distance_with_heading_at(&self, s: f64, r: f64, heading: f64) -> f64 {
         let angle = wrap_to_pi(heading - self.heading_at(s)).abs();
         r.abs() + (s - self.length()).max(0.0) + (-s).max(0.0) + angle
     }
@@ -283,6 +342,7 @@ impl Road {
                 });
             }
             let mut cumulative = vec![0.0];
+            let mut directions = Vec::with_capacity(spec.points.len());
             for (k, w) in spec.points.windows(2).enumerate() {
                 let len = (w[1][0] - w[0][0]).hypot(w[1][1] - w[0][1]);
                 if len < 0.01 {
@@ -292,7 +352,31 @@ impl Road {
                     });
                 }
                 cumulative.push(cumulative[k] + len);
+                // As the arc lengths give it: the length of segment k is their difference.
+                let len = cumulative[k + 1] - cumulative[k];
+                directions.push([(w[1][0] - w[0][0]) / len, (w[1][1] - w[0][1]) / len]);
             }
+            let cos = directions
+                .windows(2)
+                .map(|d| d[0][0] * d[1][0] + d[0][1] * d[1][1])
+                .fold(1.0, f64::min);
+            let corner_reach = (cos > 0.1).then(|| 1.0 / cos);
+            let bounds = spec.points.iter().fold(
+                [
+                    f64::INFINITY,
+                    f64::INFINITY,
+                    f64::NEG_INFINITY,
+                    f64::NEG_INFINITY,
+                ],
+                |b, q| {
+                    [
+                        b[0].min(q[0]),
+                        b[1].min(q[1]),
+                        b[2].max(q[0]),
+                        b[3].max(q[1]),
+                    ]
+                },
+            );
             let side = |field, name: &Option<String>| {
                 name.as_deref().map(|n| index(spec, field, n)).transpose()
             };
@@ -310,6 +394,10 @@ impl Road {
                 ends: spec.ends,
                 priority: spec.priority,
                 cumulative,
+                headings: directions.iter().map(|d| d[1].atan2(d[0])).collect(),
+                directions,
+                corner_reach,
+                bounds,
             });
         }
         for lane in &lanes {
@@ -396,7 +484,7 @@ impl Road {
         for &i in lanes {
             let lane = &self.lanes[i];
             let (s, r) = lane.local(p);
-            let d = lane.distance_with_heading(p, heading);
+            let d = lane.distance_with_heading_at(s, r, heading);
             if lane.on_lane(s, r, 1.0) && d < best.0 {
                 best = (d, Some(i));
             }
@@ -885,6 +973,108 @@ mod tests {
             ends: false,
             priority: 0,
         }
+    }
+
+    /// [`Lane::local`] measuring every segment with `hypot`, as it was first written.
+    fn local_measuring_every_segment(lane: &Lane, p: [f64; 2]) -> (f64, f64) {
+        let n = lane.points.len() - 1;
+        let mut best = (f64::INFINITY, 0.0, 0.0);
+        for i in 0..n {
+            let (a, b) = (lane.points[i], lane.points[i + 1]);
+            let len = lane.cumulative[i + 1] - lane.cumulative[i];
+            let d = [(b[0] - a[0]) / len, (b[1] - a[1]) / len];
+            let (dx, dy) = (p[0] - a[0], p[1] - a[1]);
+            let along = dx * d[0] + dy * d[1];
+            let r = -dx * d[1] + dy * d[0];
+            let lo = if i == 0 { f64::NEG_INFINITY } else { 0.0 };
+            let hi = if i + 1 == n { f64::INFINITY } else { len };
+            let t = along.clamp(lo, hi);
+            let dist = (along - t).abs().hypot(r);
+            if dist < best.0 {
+                best = (dist, lane.cumulative[i] + t, r);
+            }
+        }
+        (best.1, best.2)
+    }
+
+    /// The shortcuts of the projection change no result: `local` (the squared distance
+    /// picking the segments to measure) equals measuring every segment, bit for bit, and
+    /// `local_on_lane` (the bounding box) equals `on_lane` of `local`, on the shipped roads
+    /// and on lanes with sharp corners (80 degrees, under the box's limit; 90 and 150, over
+    /// it), at points scattered around each lane and on segment ends, corners and ties.
+    #[test]
+    fn projection_shortcuts_equal_measuring_every_segment() {
+        use rand::Rng as _;
+        let mut sharp = Vec::new();
+        for (k, deg) in [80.0f64, 90.0, 150.0].into_iter().enumerate() {
+            let a = deg.to_radians();
+            let mut spec = straight(&format!("sharp{k}"), [0.0, 0.0], [10.0, 0.0]);
+            spec.points.push([10.0 + 8.0 * a.cos(), 8.0 * a.sin()]);
+            spec.points
+                .push([10.0 + 8.0 * a.cos() + 6.0, 8.0 * a.sin() + 1.0]);
+            sharp.push(spec);
+        }
+        let roads = [
+            Road::new(&MergeLayout::default().specs()).unwrap(),
+            Road::new(&IntersectionLayout::default().specs()).unwrap(),
+            Road::new(&RoundaboutLayout::default().specs()).unwrap(),
+            Road::new(&sharp).unwrap(),
+        ];
+        assert_eq!(
+            roads[3]
+                .lanes
+                .iter()
+                .map(|l| l.corner_reach.is_some())
+                .collect::<Vec<_>>(),
+            [true, false, false]
+        );
+        let mut rng = diffrl_core::seeding::rng(7);
+        let (mut points, mut on) = (0, 0);
+        for road in &roads {
+            for lane in &road.lanes {
+                let [x0, y0, x1, y1] = lane.bounds;
+                let mut probe = |p: [f64; 2]| {
+                    let (s, r) = lane.local(p);
+                    let (s0, r0) = local_measuring_every_segment(lane, p);
+                    assert_eq!(
+                        (s.to_bits(), r.to_bits()),
+                        (s0.to_bits(), r0.to_bits()),
+                        "{} at {p:?}",
+                        lane.name
+                    );
+                    for margin in [0.0, 1.0] {
+                        let want = lane.on_lane(s0, r0, margin).then_some((s0, r0));
+                        assert_eq!(
+                            lane.local_on_lane(p, margin),
+                            want,
+                            "{} at {p:?}",
+                            lane.name
+                        );
+                        on += usize::from(want.is_some());
+                    }
+                    points += 1;
+                };
+                for _ in 0..2_000 {
+                    probe([
+                        rng.random_range(x0 - 40.0..x1 + 40.0),
+                        rng.random_range(y0 - 40.0..y1 + 40.0),
+                    ]);
+                }
+                for (i, q) in lane.points.iter().enumerate() {
+                    probe(*q);
+                    if let Some(next) = lane.points.get(i + 1) {
+                        probe([(q[0] + next[0]) / 2.0, (q[1] + next[1]) / 2.0]);
+                    }
+                }
+                probe([f64::NAN, 0.0]);
+                probe([0.0, f64::INFINITY]);
+            }
+        }
+        // The scattered points reach both answers.
+        assert!(
+            on > points / 20 && on < points,
+            "{on} of {points} on a lane"
+        );
     }
 
     #[test]

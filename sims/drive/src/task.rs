@@ -236,8 +236,8 @@ fn gap_seeking(traffic: &Traffic, road: &Road, ego: usize, lane: usize) -> f64 {
         .enumerate()
         .filter(|&(j, _)| j != ego)
         .filter_map(|(_, o)| {
-            let (s, r) = l.local(o.position());
-            l.on_lane(s, r, 1.0).then_some((s, o.state.speed))
+            l.local_on_lane(o.position(), 1.0)
+                .map(|(s, _)| (s, o.state.speed))
         })
         .collect();
     others.sort_by(|a, b| a.0.total_cmp(&b.0));

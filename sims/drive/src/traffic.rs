@@ -227,10 +227,9 @@ impl Traffic {
             }
             for &(k, offset) in &search {
                 let lk = &road.lanes[k];
-                let (sv, rv) = lk.local(v.position());
-                if !lk.on_lane(sv, rv, 1.0) {
+                let Some((sv, _)) = lk.local_on_lane(v.position(), 1.0) else {
                     continue;
-                }
+                };
                 let sv = sv + offset;
                 if s <= sv && front.is_none_or(|(f, _)| sv <= f) {
                     front = Some((sv, Neighbour::Vehicle(j)));
