@@ -163,6 +163,34 @@ fn heads<B: Backend>(t: &Tensor<B, 2>, i: usize, rows: usize, dk: usize) -> Tens
         .reshape([rows * d / dk, dk])
 }
 
+/// One query's attention over its context blocks, on [rows heads, d_k] heads: the scaled
+/// scores, their softmax over the blocks, and the weighted sum of the values.
+fn mix<B: Backend>(
+    q: Tensor<B, 2>,
+    keys: &[Tensor<B, 2>],
+    values: &[Tensor<B, 2>],
+    scale: f32,
+) -> Tensor<B, 2> {
+    let scores: Vec<Tensor<B, 2>> = keys
+        .iter()
+        .map(|kj| (q.clone() * kj.clone()).sum_dim(1).mul_scalar(scale))
+        .collect();
+    let max = scores[1..]
+        .iter()
+        .fold(scores[0].clone(), |m, s| m.max_pair(s.clone()))
+        .detach();
+    let exps: Vec<Tensor<B, 2>> = scores
+        .into_iter()
+        .map(|s| (s - max.clone()).exp())
+        .collect();
+    let total = exps[1..].iter().fold(exps[0].clone(), |a, e| a + e.clone());
+    exps.into_iter()
+        .zip(values)
+        .map(|(e, vj)| vj.clone() * (e / total.clone()))
+        .reduce(|a, b| a + b)
+        .expect("at least one context block")
+}
+
 /// [`attend`] on stacked blocks, for the forward pass alone (sampling, evaluation, serving):
 /// `queries` holds Q blocks of `rows` rows, `context` L blocks, and row r of each query block
 /// attends to row r of every context block ([Q rows, d], [L rows, d] -> [Q rows, d]). The agents' self-attention
@@ -187,29 +215,9 @@ fn attend_views<B: Backend>(
     let d = q.dims()[1];
     let mixed = (0..nq)
         .map(|i| {
-            let qi = heads(&q, i, rows, dk);
-            let scores: Vec<Tensor<B, 2>> = (0..nk)
-                .map(|j| {
-                    (qi.clone() * heads(&k, j, rows, dk))
-                        .sum_dim(1)
-                        .mul_scalar(scale)
-                })
-                .collect();
-            let max = scores[1..]
-                .iter()
-                .fold(scores[0].clone(), |m, s| m.max_pair(s.clone()))
-                .detach();
-            let exps: Vec<Tensor<B, 2>> = scores
-                .into_iter()
-                .map(|s| (s - max.clone()).exp())
-                .collect();
-            let total = exps[1..].iter().fold(exps[0].clone(), |a, e| a + e.clone());
-            exps.into_iter()
-                .enumerate()
-                .map(|(j, e)| heads(&v, j, rows, dk) * (e / total.clone()))
-                .reduce(|a, b| a + b)
-                .expect("at least one context block")
-                .reshape([rows, d])
+            let keys: Vec<_> = (0..nk).map(|j| heads(&k, j, rows, dk)).collect();
+            let values: Vec<_> = (0..nk).map(|j| heads(&v, j, rows, dk)).collect();
+            mix(heads(&q, i, rows, dk), &keys, &values, scale).reshape([rows, d])
         })
         .collect();
     mha.output.forward(Tensor::cat(mixed, 0))
@@ -255,25 +263,7 @@ fn attend<B: Backend>(
         .map(|query| {
             let dims = query.dims();
             let q = heads(mha.query.forward(query.clone()));
-            let scores: Vec<Tensor<B, 2>> = k
-                .iter()
-                .map(|kj| (q.clone() * kj.clone()).sum_dim(1).mul_scalar(scale))
-                .collect();
-            let max = scores[1..]
-                .iter()
-                .fold(scores[0].clone(), |m, s| m.max_pair(s.clone()))
-                .detach();
-            let exps: Vec<Tensor<B, 2>> = scores
-                .into_iter()
-                .map(|s| (s - max.clone()).exp())
-                .collect();
-            let total = exps[1..].iter().fold(exps[0].clone(), |a, e| a + e.clone());
-            let mixed = exps
-                .into_iter()
-                .zip(&v)
-                .map(|(e, vj)| vj.clone() * (e / total.clone()))
-                .reduce(|a, b| a + b)
-                .expect("at least one context block");
+            let mixed = mix(q, &k, &v, scale);
             mha.output.forward(mixed.reshape(dims))
         })
         .collect()
