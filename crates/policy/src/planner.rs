@@ -213,12 +213,10 @@ fn attend_views<B: Backend>(
     let k = mha.key.forward(context.clone());
     let v = mha.value.forward(context);
     let d = q.dims()[1];
+    let keys: Vec<_> = (0..nk).map(|j| heads(&k, j, rows, dk)).collect();
+    let values: Vec<_> = (0..nk).map(|j| heads(&v, j, rows, dk)).collect();
     let mixed = (0..nq)
-        .map(|i| {
-            let keys: Vec<_> = (0..nk).map(|j| heads(&k, j, rows, dk)).collect();
-            let values: Vec<_> = (0..nk).map(|j| heads(&v, j, rows, dk)).collect();
-            mix(heads(&q, i, rows, dk), &keys, &values, scale).reshape([rows, d])
-        })
+        .map(|i| mix(heads(&q, i, rows, dk), &keys, &values, scale).reshape([rows, d]))
         .collect();
     mha.output.forward(Tensor::cat(mixed, 0))
 }
@@ -377,7 +375,7 @@ impl<B: Backend> JointPlanner<B> {
         // bits; without a backward pass, cuts are free views and the broadcasts that replace
         // them cost more.
         let training = self.input.weight.val().is_require_grad();
-        // Row `i B + r` plus agent i's embedding.
+        // Row `i rows + r` of `x` plus row i of `emb` (an agent's or an entity slot's).
         let embed = |x: Tensor<B, 2>, emb: Tensor<B, 2>, blocks: usize, rows: usize| {
             if training {
                 (x.reshape([blocks, rows, d]) + emb.reshape([blocks, 1, d]))

@@ -234,13 +234,13 @@ impl Lane {
 
     /// `local(p)` where `on_lane` holds for it with `margin`, else None, answered without
     /// projecting `p` when it lies too far from the centre line's bounding box to be on the
-    /// lane. A point on the lane lies
-    /// within |r| <= `width / 2 + margin` of a segment, within `hypot(LENGTH, |r|)` of an end
-    /// (past it, on the extension), or, where its nearest point is a corner between two
-    /// segments, within |r| / cos(turn) of that corner: its nearest segment's line passes
-    /// within |r| of it, and a point of the corner's outer wedge is at least cos(turn) times
-    /// its distance from the corner away from that line. Lanes with a turn of 84 degrees or
-    /// more, and points with a coordinate that is not finite, are always projected.
+    /// lane. A point on the lane lies within |r| <= `width / 2 + margin` of a segment, within
+    /// `hypot(LENGTH, |r|)` of an end (past it, on the extension), or, where its nearest point
+    /// is a corner between two segments, within |r| / cos(turn) of that corner: its nearest
+    /// segment's line passes within |r| of it, and a point of the corner's outer wedge is at
+    /// least cos(turn) times its distance from the corner away from that line. Lanes with a
+    /// turn of 84 degrees or more, and points with a coordinate that is not finite, are always
+    /// projected.
     pub fn local_on_lane(&self, p: [f64; 2], margin: f64) -> Option<(f64, f64)> {
         if let Some(per_offset) = self
             .corner_reach
