@@ -141,6 +141,15 @@ fn linear_columns<B: Backend>(
     }
 }
 
+/// [blocks rows, blocks]: row `i rows + r` is one-hot at column i.
+fn block_rows<B: Backend>(blocks: usize, rows: usize, device: &B::Device) -> Tensor<B, 2> {
+    let mut pick = vec![0.0f32; blocks * rows * blocks];
+    for (row, value) in pick.chunks_exact_mut(blocks).enumerate() {
+        value[row / rows] = 1.0;
+    }
+    Tensor::from_data(TensorData::new(pick, [blocks * rows, blocks]), device)
+}
+
 /// `x * factor` for agent-major rows ([N B, d], agent i's rows `i B..(i + 1) B`) and a
 /// per-sample [B, d] `factor`, shared by the agents.
 fn per_sample<B: Backend>(x: Tensor<B, 2>, factor: Tensor<B, 2>, add: bool) -> Tensor<B, 2> {
@@ -378,8 +387,10 @@ impl<B: Backend> JointPlanner<B> {
         // Row `i rows + r` of `x` plus row i of `emb` (an agent's or an entity slot's).
         let embed = |x: Tensor<B, 2>, emb: Tensor<B, 2>, blocks: usize, rows: usize| {
             if training {
-                (x.reshape([blocks, rows, d]) + emb.reshape([blocks, 1, d]))
-                    .reshape([blocks * rows, d])
+                // As the product of one-hot rows and `emb`, whose gradient is a product too:
+                // the CPU backend walks a [blocks, 1, d] broadcast over [blocks, rows, d], and
+                // its gradient's sum, element by element (6% of the roundabout planner's GRPO time).
+                x + block_rows(blocks, rows, &device).matmul(emb)
             } else {
                 let each = (0..blocks)
                     .map(|i| x.clone().narrow(0, i * rows, rows) + emb.clone().narrow(0, i, 1));
