@@ -605,10 +605,11 @@ mod tests {
     }
 
     /// Every shipped run config loads (the `*_randomize.toml` files are `--randomize` sweeps,
-    /// not run configs), and configs/pusht-90.toml is the embedded job with exactly its longer
-    /// BC and GRPO, so the job's measured settings carry over to it.
+    /// not run configs), configs/pusht-90.toml is the embedded job with exactly its longer
+    /// BC and GRPO, so the job's measured settings carry over to it, and configs/pusht-push40.toml
+    /// is the embedded job with exactly its deeper-pushing demonstrations.
     #[test]
-    fn shipped_configs_load_and_the_long_push_t_job_differs_only_in_length() {
+    fn shipped_configs_load_and_the_push_t_variants_differ_only_where_named() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
         let mut loaded = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
@@ -628,6 +629,16 @@ mod tests {
         job.pretrain.steps = 90_000;
         job.grpo.iterations = 160;
         assert_eq!(long, job);
+        // configs/pusht-push40.toml: the embedded job with the pusher's push_max 40, recording
+        // its own demonstrations.
+        let (deeper, _) = load(Some(&dir.join("pusht-push40.toml"))).unwrap();
+        let (mut job, _) = load(None).unwrap();
+        assert_ne!(deeper, job);
+        job.run.name = "pusht-push40".into();
+        job.demos.dataset = PathBuf::new();
+        let patch: toml::Table = "[pusher]\npush_max = 40.0".parse().unwrap();
+        job.expert = job.expert.patched(&patch).unwrap();
+        assert_eq!(deeper, job);
     }
 
     #[test]
