@@ -151,6 +151,10 @@ pub struct RewardSection {
     pub spa: Option<SpaSection>,
     /// How `diffrl reward train --kind spa` trains it.
     pub spa_train: diffrl_reward::spa::SpaConfig,
+    /// Stochastic rollouts of the BC policy that `diffrl run`'s reward stage adds to the
+    /// held-out demonstrations to score the progress model on the policy's own failures
+    /// (summary.json `reward.vs_policy`).
+    pub vs_policy_episodes: usize,
 }
 
 /// `[reward.spa]`: per-step rewards from an SPA attribution model.
@@ -179,6 +183,7 @@ impl Default for RewardSection {
             srpo: None,
             spa: None,
             spa_train: Default::default(),
+            vs_policy_episodes: 200,
         }
     }
 }
@@ -394,6 +399,11 @@ impl Validate for RewardSection {
         if let Some(srpo) = &self.srpo {
             srpo.validate().map_err(|e| e.within("srpo"))?;
         }
+        ensure(
+            self.vs_policy_episodes >= 2,
+            "vs_policy_episodes",
+            "must be at least 2 (successes and failures to rank)",
+        )?;
         self.spa_train.validate().map_err(|e| e.within("spa_train"))
     }
 }
@@ -688,6 +698,14 @@ mod tests {
         let e = load(Some(&p)).unwrap_err().to_string();
         assert!(
             e.ends_with("dagger.beta: must be a probability in [0, 1], got 2"),
+            "{e}"
+        );
+        std::fs::write(&p, "[reward]\nvs_policy_episodes = 1\n").unwrap();
+        let e = load(Some(&p)).unwrap_err().to_string();
+        assert!(
+            e.ends_with(
+                "reward.vs_policy_episodes: must be at least 2 (successes and failures to rank)"
+            ),
             "{e}"
         );
         std::fs::write(&p, "task = \"arm\"\n").unwrap();

@@ -463,6 +463,11 @@ fn dagger_rounds_feed_the_later_stages() {
         grpo_log.contains("then DAgger") && grpo_log.contains("2 DAgger rounds"),
         "{grpo_log}"
     );
+    // The reward stage scored the model on [reward].vs_policy_episodes rollouts (default 200).
+    assert!(
+        grpo_log.contains("own rollouts (200 stochastic episodes"),
+        "{grpo_log}"
+    );
     assert!(log.contains("pretrain/dagger/round-2/policy"), "{log}");
     let vs = &s["reward"]["vs_policy"];
     assert!(

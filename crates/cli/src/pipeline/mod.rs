@@ -78,9 +78,6 @@ fn parse_learner(s: &str) -> Result<Algorithm, String> {
         .map_err(|_| format!("unknown learner {s:?}; available: grpo, ppo"))
 }
 
-/// Stochastic rollouts of the BC policy the reward stage scores the progress model on.
-const VS_POLICY_EPISODES: usize = 50;
-
 /// Applies the `--quick` preset.
 pub fn quick_preset(cfg: &mut RunConfig) {
     cfg.demos.episodes = cfg.demos.episodes.min(20);
@@ -91,6 +88,7 @@ pub fn quick_preset(cfg: &mut RunConfig) {
     cfg.dagger.episodes = cfg.dagger.episodes.min(4);
     cfg.dagger.steps = cfg.dagger.steps.min(200);
     cfg.reward.progress.steps = 300;
+    cfg.reward.vs_policy_episodes = cfg.reward.vs_policy_episodes.min(20);
     cfg.grpo.iterations = 2;
     cfg.grpo.groups = 4;
     cfg.grpo.group_size = 4;

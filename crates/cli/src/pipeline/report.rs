@@ -9,7 +9,6 @@ use diffrl_core::stats;
 use diffrl_learn::eval::EvalReport;
 use serde_json::{Value, json};
 
-use super::VS_POLICY_EPISODES;
 use super::stages::{Results, brief};
 use crate::config::RunConfig;
 use crate::plots::{Panel, Series, curve, metrics_lines};
@@ -406,9 +405,9 @@ pub(super) fn finish(
     ));
     if let Some(m) = &r.reward_vs_policy {
         md.push_str(&format!(
-            "Against the BC policy's own rollouts ({VS_POLICY_EPISODES} stochastic episodes \
-             added to the held-out demonstrations): pairwise accuracy {} over {} pairs, success \
-             AUROC {}.\n\n",
+            "Against the BC policy's own rollouts ({} stochastic episodes added to the held-out \
+             demonstrations): pairwise accuracy {} over {} pairs, success AUROC {}.\n\n",
+            cfg.reward.vs_policy_episodes,
             opt(m.pairwise_accuracy),
             m.pairs,
             opt(m.success_auroc),

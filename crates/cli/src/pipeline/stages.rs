@@ -19,8 +19,8 @@ use diffrl_policy::SampleMode;
 use diffrl_reward::metrics::RewardMetrics;
 use serde_json::{Value, json};
 
+use super::STAGES;
 use super::cache::{Stage, StageState, reward_model_hashes};
-use super::{STAGES, VS_POLICY_EPISODES};
 use crate::bc;
 use crate::commands::{dagger, demos, finetune, reward};
 use crate::config::RunConfig;
@@ -249,7 +249,7 @@ fn reward_stage<B: AutodiffBackend>(
 ) -> anyhow::Result<(RewardMetrics, Option<RewardMetrics>, Ran)> {
     let cfg = cx.cfg;
     let h = header(2, "reward");
-    let fp = json!({"dataset": dataset, "progress": cfg.reward.progress, "obs": cfg.env.observation(), "vs_policy": {"pretrain": pre.fp, "episodes": VS_POLICY_EPISODES}});
+    let fp = json!({"dataset": dataset, "progress": cfg.reward.progress, "obs": cfg.env.observation(), "vs_policy": {"pretrain": pre.fp, "episodes": cfg.reward.vs_policy_episodes}});
     let (stage, state) = Stage::open(
         &cx.root,
         "reward",
@@ -283,7 +283,7 @@ fn reward_stage<B: AutodiffBackend>(
                 Some(dataset),
                 Some((
                     &pre.policy_dir,
-                    VS_POLICY_EPISODES,
+                    cfg.reward.vs_policy_episodes,
                     diffrl_core::seeding::derive(cfg.run.seed, 0x5C0E),
                 )),
             )?;
