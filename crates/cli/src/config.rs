@@ -570,7 +570,10 @@ mod tests {
         let (c, _) = load(None).unwrap();
         let task = tasks::get(&c.task).unwrap();
         assert_eq!(c.env, task.default_env());
-        assert_eq!(c.expert, task.default_expert());
+        // The pusher's push_max, one of the nine settings the Push-T job sets (default 25).
+        let patch: toml::Table = "[pusher]\npush_max = 40.0".parse().unwrap();
+        assert_ne!(c.expert, task.default_expert());
+        assert_eq!(c.expert, task.default_expert().patched(&patch).unwrap());
         // One meaning per setting: no [env] table, an empty one and a partial one all observe
         // what the embedded config does.
         let d = tempfile::tempdir().unwrap();
@@ -583,12 +586,23 @@ mod tests {
             std::fs::write(&p, text).unwrap();
             assert_eq!(load(Some(&p)).unwrap().0.env, c.env, "{text}");
         }
-        assert_eq!(c.demos, DemosSection::default());
+        // Its dataset: the push_max 40 recording (default: the push_max 25 one).
+        assert_eq!(
+            c.demos,
+            DemosSection {
+                dataset: tasks::SHIPPED_DATASETS[1].into(),
+                ..DemosSection::default()
+            }
+        );
+        assert_eq!(
+            DemosSection::default().dataset,
+            Path::new(tasks::SHIPPED_DATASET)
+        );
         assert_eq!(c.run, RunSection::default());
         assert_eq!(c.policy, PolicyConfig::default());
         assert_eq!(c.pretrain, BcConfig::default());
         assert_eq!(c.eval, EvalSection::default());
-        // The six [grpo] settings the Push-T job sets, each naming its default in the file.
+        // The six [grpo] settings the job sets, each naming its default in the file.
         let mut grpo = GrpoConfig {
             iterations: 100,
             eval_every: 10,
@@ -611,13 +625,18 @@ mod tests {
             GrpoConfig::default().advantage.estimator,
             diffrl_learn::advantages::Estimator::Grpo
         );
-        assert_eq!(c.reward, RewardSection::default());
+        // The progress model's context (default 4).
+        let mut reward = RewardSection::default();
+        assert_eq!(reward.progress.context, 4);
+        reward.progress.context = 1;
+        assert_eq!(c.reward, reward);
     }
 
     /// Every shipped run config loads (the `*_randomize.toml` files are `--randomize` sweeps,
-    /// not run configs), configs/pusht-90.toml is the embedded job with exactly its longer
-    /// BC and GRPO, so the job's measured settings carry over to it, and configs/pusht-push40.toml
-    /// is the embedded job with exactly its deeper-pushing demonstrations.
+    /// not run configs), configs/pusht-push25.toml is the embedded job with exactly the
+    /// defaults' demonstrations and progress context (the job until 2026-12-02), and
+    /// configs/pusht-90.toml is that job with exactly its longer BC and GRPO, so the measured
+    /// settings carry over to both.
     #[test]
     fn shipped_configs_load_and_the_push_t_variants_differ_only_where_named() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
@@ -632,23 +651,22 @@ mod tests {
             loaded += 1;
         }
         assert!(loaded >= 17, "{loaded} configs in {}", dir.display());
+        let (job, _) = load(None).unwrap();
+        let mut before = job.clone();
+        before.demos.dataset = tasks::SHIPPED_DATASET.into();
+        let patch: toml::Table = "[pusher]\npush_max = 25.0".parse().unwrap();
+        before.expert = before.expert.patched(&patch).unwrap();
+        before.reward.progress.context = 4;
+        assert_ne!(before, job);
+        let (push25, _) = load(Some(&dir.join("pusht-push25.toml"))).unwrap();
+        assert_eq!(push25.expert, tasks::get("pusht").unwrap().default_expert());
+        before.run.name = "pusht-push25".into();
+        assert_eq!(push25, before);
         let (long, _) = load(Some(&dir.join("pusht-90.toml"))).unwrap();
-        let (mut job, _) = load(None).unwrap();
-        assert_ne!(long, job);
-        job.run.name = "pusht-90".into();
-        job.pretrain.steps = 90_000;
-        job.grpo.iterations = 160;
-        assert_eq!(long, job);
-        // configs/pusht-push40.toml: the embedded job with the pusher's push_max 40, recording
-        // its own demonstrations.
-        let (deeper, _) = load(Some(&dir.join("pusht-push40.toml"))).unwrap();
-        let (mut job, _) = load(None).unwrap();
-        assert_ne!(deeper, job);
-        job.run.name = "pusht-push40".into();
-        job.demos.dataset = PathBuf::new();
-        let patch: toml::Table = "[pusher]\npush_max = 40.0".parse().unwrap();
-        job.expert = job.expert.patched(&patch).unwrap();
-        assert_eq!(deeper, job);
+        before.run.name = "pusht-90".into();
+        before.pretrain.steps = 90_000;
+        before.grpo.iterations = 160;
+        assert_eq!(long, before);
     }
 
     #[test]

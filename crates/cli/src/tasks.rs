@@ -154,5 +154,10 @@ pub fn default_config(name: &str) -> Option<DefaultConfig> {
         .map(|(_, c)| *c)
 }
 
-/// The dataset the embedded config trains on (shipped in the repository).
+/// `[demos].dataset`'s default: the pusher's demonstrations with its default settings, shipped
+/// in the repository.
 pub const SHIPPED_DATASET: &str = "assets/pusht_pusher_200";
+
+/// The datasets shipped in the repository that `diffrl run` records itself (with the config's
+/// expert) when run from elsewhere: the default, and the embedded job's (push_max 40).
+pub const SHIPPED_DATASETS: [&str; 2] = [SHIPPED_DATASET, "assets/pusht_pusher40_200"];

@@ -26,7 +26,7 @@ use crate::commands::{dagger, demos, finetune, reward};
 use crate::config::RunConfig;
 use crate::envs::load_policy;
 use crate::evaluation::{print_report, run_eval, write_report};
-use crate::tasks::SHIPPED_DATASET;
+use crate::tasks::SHIPPED_DATASETS;
 
 /// What the stages produced.
 pub(super) struct Results {
@@ -531,7 +531,7 @@ fn demos_stage(
             let fingerprint = json!({"dataset": configured, "content": content});
             return Ok((configured.clone(), None, fingerprint));
         }
-        if configured != Path::new(SHIPPED_DATASET) {
+        if !SHIPPED_DATASETS.iter().any(|d| configured == Path::new(d)) {
             bail!(
                 "[demos].dataset = {:?} does not exist; set it to a LeRobot dataset folder, or to \
                  \"\" to record expert demonstrations",
@@ -540,8 +540,9 @@ fn demos_stage(
         }
         writeln!(
             out,
-            "{h}: the shipped dataset {SHIPPED_DATASET} is not here (run from the repository \
-             root to use it); recording {} expert episodes instead",
+            "{h}: the shipped dataset {} is not here (run from the repository root to use it); \
+             recording {} expert episodes instead",
+            configured.display(),
             cfg.demos.episodes
         )?;
     }
