@@ -623,4 +623,45 @@ mod tests {
         cfg.run.finetune = Algorithm::Ppo;
         assert!(own_progress_model(&cfg, cfg.run.finetune, root).is_none());
     }
+
+    /// The binary run outside the repository: a shipped dataset that is not under the working
+    /// directory is recorded by the run itself (tests run in crates/cli, which has no assets/),
+    /// and any other missing folder is an error naming the key.
+    #[test]
+    fn a_missing_shipped_dataset_is_recorded_and_another_missing_one_is_an_error() {
+        let (mut cfg, _) = crate::config::load_default("pusht").unwrap();
+        cfg.demos.episodes = 2;
+        for shipped in SHIPPED_DATASETS {
+            assert!(
+                !Path::new(shipped).exists(),
+                "{shipped} exists in the test's working directory"
+            );
+            cfg.demos.dataset = shipped.into();
+            let root = tempfile::tempdir().unwrap();
+            let mut out = Vec::new();
+            let (dir, summary, fingerprint) =
+                demos_stage(&cfg, root.path(), "demos", &mut out).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            assert!(
+                text.contains(&format!("the shipped dataset {shipped} is not here"))
+                    && text.contains("recording 2 expert episodes instead"),
+                "{text}"
+            );
+            assert_eq!(dir, root.path().join("demos"));
+            assert_eq!(summary.expect("recorded by the run").episodes, 2);
+            assert_eq!(fingerprint["episodes"], 2);
+            let ds = read_dataset(&dir).unwrap();
+            assert_eq!(ds.info["total_episodes"], 2, "{}", ds.info);
+        }
+        cfg.demos.dataset = "assets/no_such_dataset".into();
+        let root = tempfile::tempdir().unwrap();
+        let err = demos_stage(&cfg, root.path(), "demos", &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("[demos].dataset") && err.contains("assets/no_such_dataset"),
+            "{err}"
+        );
+        assert!(!root.path().join("demos").exists());
+    }
 }
