@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::camera::{Camera, Renderer};
 use crate::pixels::ArmDrawing;
 use crate::robot::{ARM_DOF, HOME_Q, LoadedPanda, RobotError, default_urdf_path, load_panda};
-use crate::world::{BodyPose, CUBE_HALF, PhysicsParams, ROBOT_FRICTION, World};
+use crate::world::{ArmJoints, BodyPose, CUBE_HALF, PhysicsParams, ROBOT_FRICTION, World};
 
 /// ManiSkill's episode length for these tasks.
 pub const MAX_EPISODE_STEPS: usize = 50;
@@ -255,6 +255,8 @@ pub struct TabletopConfig {
     pub image_size: u32,
     /// Step limit.
     pub max_episode_steps: usize,
+    /// How the arm's joints are simulated: `"multibody"` (the default) or `"impulse"`.
+    pub arm_joints: ArmJoints,
     /// Domain randomisation.
     pub randomize: Randomization,
 }
@@ -266,6 +268,7 @@ impl Default for TabletopConfig {
             obs: ObsMode::State,
             image_size: crate::pixels::DEFAULT_IMAGE_SIZE,
             max_episode_steps: MAX_EPISODE_STEPS,
+            arm_joints: ArmJoints::default(),
             randomize: Randomization::default(),
         }
     }
@@ -324,6 +327,11 @@ impl TabletopBuilder {
     /// Observation mode.
     pub fn obs(mut self, obs: ObsMode) -> Self {
         self.config.obs = obs;
+        self
+    }
+    /// How the arm's joints are simulated.
+    pub fn arm_joints(mut self, joints: ArmJoints) -> Self {
+        self.config.arm_joints = joints;
         self
     }
     /// Camera image side (pixels).
@@ -469,7 +477,13 @@ impl Tabletop {
     fn with_panda(config: TabletopConfig, panda: Arc<LoadedPanda>, cubes: usize) -> Self {
         let home: [f64; ARM_DOF] = HOME_Q[..ARM_DOF].try_into().unwrap_or([0.0; ARM_DOF]);
         let down = panda.model.tcp_pose(&home).rotation;
-        let world = World::new(&panda, PhysicsParams::default(), cubes, HOME_Q);
+        let world = World::with_joints(
+            &panda,
+            PhysicsParams::default(),
+            cubes,
+            HOME_Q,
+            config.arm_joints,
+        );
         let arm = Arc::new(ArmDrawing::new(&world));
         let camera = crate::pixels::default_camera(config.image_size)
             .unwrap_or_else(|e| panic!("image_size is validated: {e}"));
@@ -604,7 +618,8 @@ impl Tabletop {
             }
         });
         let color = [0; 3].map(|_| draw(&mut rng, r.color_jitter));
-        let mut world = World::new(&self.panda, params, self.cubes, q);
+        let mut world =
+            World::with_joints(&self.panda, params, self.cubes, q, self.config.arm_joints);
         for (i, c) in cubes.iter().enumerate() {
             world.set_cube_pose(i, *c);
         }

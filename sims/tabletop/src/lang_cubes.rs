@@ -55,7 +55,7 @@ use crate::language::{
 };
 use crate::pixels::ArmDrawing;
 use crate::robot::ARM_DOF;
-use crate::world::{BodyPose, CUBE_HALF};
+use crate::world::{ArmJoints, BodyPose, CUBE_HALF};
 
 /// The task's name.
 pub const NAME: &str = "lang-cubes";
@@ -189,6 +189,8 @@ pub struct LangCubesConfig {
     pub goal_in_state: bool,
     /// Whether state observations hold the joint velocities (pixels observations never do).
     pub joint_velocities: bool,
+    /// How the arm's joints are simulated (the tabletop tasks' `arm_joints`).
+    pub arm_joints: ArmJoints,
     /// Domain randomisation (the tabletop tasks' `[env.randomize]`).
     pub randomize: Randomization,
 }
@@ -204,6 +206,7 @@ impl Default for LangCubesConfig {
             shuffle_text: false,
             goal_in_state: false,
             joint_velocities: true,
+            arm_joints: ArmJoints::default(),
             randomize: Randomization::default(),
         }
     }
@@ -217,6 +220,7 @@ impl LangCubesConfig {
             obs: ObsMode::State,
             image_size: self.image_size,
             max_episode_steps: self.max_episode_steps,
+            arm_joints: self.arm_joints,
             randomize: self.randomize.clone(),
         }
     }

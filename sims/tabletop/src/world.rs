@@ -80,12 +80,55 @@ impl Default for PhysicsParams {
     }
 }
 
+/// How the arm's joints are simulated (`[env] arm_joints`).
+///
+/// Both give the same motor gains, limits, contacts and gravity compensation, and pass the
+/// same physics checks (`sims/tabletop/tests/physics.rs` runs them on both); docs/tabletop.md
+/// compares their speed and learning results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArmJoints {
+    /// One Rapier multibody in reduced coordinates: the joints cannot separate. Rapier
+    /// rebuilds the arm's mass matrix in every solver iteration.
+    #[default]
+    Multibody,
+    /// Impulse joints between the links as free bodies, solved with the contacts; about 1.9x
+    /// the multibody's control steps per second on pick-cube.
+    Impulse,
+}
+
+/// One impulse joint of the arm, in the order that places every body after its parent.
+#[derive(Debug, Clone, Copy)]
+struct ChainJoint {
+    handle: ImpulseJointHandle,
+    parent: RigidBodyHandle,
+    child: RigidBodyHandle,
+    /// Whether the joint slides along its local x (else it turns about it, or is fixed).
+    prismatic: bool,
+    /// Its index in [`JOINT_NAMES`], if it is driven.
+    driven: Option<usize>,
+}
+
+/// The arm's joints in the Rapier sets.
+#[derive(Debug, Clone)]
+enum JointIds {
+    Multibody {
+        index: MultibodyIndex,
+        /// Multibody link id of each joint in [`JOINT_NAMES`] order.
+        links: [usize; 9],
+    },
+    Impulse {
+        /// Every joint of the arm, parents first.
+        chain: Vec<ChainJoint>,
+        /// Position in `chain` of each joint in [`JOINT_NAMES`] order.
+        driven: [usize; 9],
+    },
+}
+
 /// Where the arm's parts live in the Rapier sets.
 #[derive(Debug, Clone)]
 struct ArmHandles {
-    multibody: MultibodyIndex,
-    /// Multibody link id of each joint in [`JOINT_NAMES`] order.
-    joint_links: [usize; 9],
+    joints: JointIds,
     /// Body of each link in [`ARM_LINKS`] order, then the two fingers.
     link_bodies: Vec<RigidBodyHandle>,
     /// Colliders of the two fingers.
@@ -141,9 +184,9 @@ fn integration_parameters() -> IntegrationParameters {
         dt: (1.0 / PHYSICS_HZ) as f32,
         normalized_prediction_distance: 0.01,
         friction_model: FrictionModel::Coulomb,
-        num_internal_pgs_iterations: 4,
         contact_recycling: false,
         max_ccd_substeps: 0,
+        num_internal_pgs_iterations: 4,
         contact_softness: SpringCoefficients {
             natural_frequency: 200.0,
             damping_ratio: 5.0,
@@ -179,6 +222,115 @@ fn pose_of(p: [f64; 3], q: [f64; 4]) -> Pose {
     )
 }
 
+/// Removes the arm's massless links that hang on a fixed joint (the Panda's `panda_link8`
+/// and grasp target) and attaches their children to their parents: a dynamic body of zero
+/// mass has a zero inverse mass, so the impulse solver would hold it, and the whole arm fixed
+/// to it, still. Returns `urdf_joints` with each removed joint's handle set to None and each
+/// moved joint's handle and parent updated.
+fn splice_massless_links(
+    bodies: &mut RigidBodySet,
+    colliders: &mut ColliderSet,
+    joints: &mut ImpulseJointSet,
+    multibody_joints: &mut MultibodyJointSet,
+    mut urdf_joints: Vec<(Option<ImpulseJointHandle>, RigidBodyHandle, RigidBodyHandle)>,
+) -> Vec<(Option<ImpulseJointHandle>, RigidBodyHandle, RigidBodyHandle)> {
+    // Mass properties are otherwise first computed by the first physics step.
+    for &(_, _, child) in &urdf_joints {
+        if let Some(b) = bodies.get_mut(child) {
+            b.recompute_mass_properties_from_colliders(colliders);
+        }
+    }
+    loop {
+        let massless = urdf_joints.iter().position(|&(h, _, child)| {
+            let fixed = h
+                .and_then(|h| joints.get(h))
+                .is_some_and(|j| j.data.locked_axes == JointAxesMask::LOCKED_FIXED_AXES);
+            fixed && bodies.get(child).is_some_and(|b| b.mass() == 0.0)
+        });
+        let Some(k) = massless else {
+            return urdf_joints;
+        };
+        let (Some(h), parent, child) = urdf_joints[k] else {
+            return urdf_joints;
+        };
+        let Some(removed) = joints.remove(h, false) else {
+            return urdf_joints;
+        };
+        // The child's frame in the parent's: local_frame1 * local_frame2^-1.
+        let offset = removed.data.local_frame1 * removed.data.local_frame2.inverse();
+        urdf_joints[k].0 = None;
+        for entry in &mut urdf_joints {
+            let (Some(hj), p, c) = *entry else {
+                continue;
+            };
+            if p != child {
+                continue;
+            }
+            let Some(old) = joints.remove(hj, false) else {
+                continue;
+            };
+            let mut data = old.data;
+            data.local_frame1 = offset * data.local_frame1;
+            *entry = (Some(joints.insert(parent, c, data, false)), parent, c);
+        }
+        let mut islands = IslandManager::new();
+        bodies.remove(
+            child,
+            &mut islands,
+            colliders,
+            joints,
+            multibody_joints,
+            &mut SoftBodySet::new(),
+            true,
+        );
+    }
+}
+
+/// The arm's impulse joints ordered so that each joint's parent body is placed before it
+/// (the URDF's root first). `urdf_joints` holds (joint, parent, child) in the URDF's order;
+/// `driven[k]` is the URDF index of [`JOINT_NAMES`]`[k]`.
+fn impulse_chain(
+    bodies: &RigidBodySet,
+    joints: &ImpulseJointSet,
+    urdf_joints: &[(Option<ImpulseJointHandle>, RigidBodyHandle, RigidBodyHandle)],
+    driven: &[usize; 9],
+) -> Vec<ChainJoint> {
+    let mut placed: Vec<RigidBodyHandle> = urdf_joints
+        .iter()
+        .map(|j| j.1)
+        .filter(|b| bodies.get(*b).is_some_and(|b| b.is_fixed()))
+        .collect();
+    let mut chain = Vec::new();
+    let mut left: Vec<usize> = (0..urdf_joints.len()).collect();
+    while !left.is_empty() {
+        let before = left.len();
+        left.retain(|&j| {
+            let (Some(handle), parent, child) = urdf_joints[j] else {
+                return false;
+            };
+            if !placed.contains(&parent) {
+                return true;
+            }
+            let prismatic = joints
+                .get(handle)
+                .is_some_and(|jt| !jt.data.locked_axes.contains(JointAxesMask::LIN_X));
+            chain.push(ChainJoint {
+                handle,
+                parent,
+                child,
+                prismatic,
+                driven: driven.iter().position(|&d| d == j),
+            });
+            placed.push(child);
+            false
+        });
+        if left.len() == before {
+            panic!("the arm's joints form a tree rooted at its fixed base");
+        }
+    }
+    chain
+}
+
 /// A rigid pose as position and unit quaternion `[x, y, z, w]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BodyPose {
@@ -192,9 +344,21 @@ impl World {
     /// A world with the table, the arm at `q` (arm joints, then fingers; motor targets = `q`)
     /// and `cubes` cubes parked off the table (place them with [`World::set_cube_pose`]).
     pub fn new(panda: &LoadedPanda, params: PhysicsParams, cubes: usize, q: [f64; 9]) -> Self {
+        Self::with_joints(panda, params, cubes, q, ArmJoints::default())
+    }
+
+    /// [`World::new`] with the arm's joints simulated as `joints`.
+    pub fn with_joints(
+        panda: &LoadedPanda,
+        params: PhysicsParams,
+        cubes: usize,
+        q: [f64; 9],
+        joints: ArmJoints,
+    ) -> Self {
         let mut bodies = RigidBodySet::new();
         let mut colliders = ColliderSet::new();
         let mut multibody_joints = MultibodyJointSet::new();
+        let mut impulse_joints = ImpulseJointSet::new();
         let table_body = bodies.insert(
             RigidBodyBuilder::fixed()
                 .translation(Vector::new(
@@ -215,29 +379,44 @@ impl World {
             table_body,
             &mut bodies,
         );
-        let handles = panda.rapier.clone().insert_using_multibody_joints(
-            &mut bodies,
-            &mut colliders,
-            &mut multibody_joints,
-            UrdfMultibodyOptions::DISABLE_SELF_CONTACTS,
-        );
+        let (links, urdf_joints): (Vec<_>, Vec<_>) = match joints {
+            ArmJoints::Multibody => {
+                let h = panda.rapier.clone().insert_using_multibody_joints(
+                    &mut bodies,
+                    &mut colliders,
+                    &mut multibody_joints,
+                    UrdfMultibodyOptions::DISABLE_SELF_CONTACTS,
+                );
+                let js = h.joints.iter().map(|j| (None, j.link1, j.link2)).collect();
+                (h.links, js)
+            }
+            ArmJoints::Impulse => {
+                let h = panda.rapier.clone().insert_using_impulse_joints(
+                    &mut bodies,
+                    &mut colliders,
+                    &mut impulse_joints,
+                );
+                let js = h
+                    .joints
+                    .iter()
+                    .map(|j| (Some(j.joint), j.link1, j.link2))
+                    .collect();
+                (h.links, js)
+            }
+        };
         let body_of = |name: &str| {
             let i = panda
                 .link_names
                 .iter()
                 .position(|n| n == name)
                 .unwrap_or_else(|| panic!("link {name} checked by load_panda"));
-            handles.links[i].body
+            links[i].body
         };
         let mut link_bodies: Vec<RigidBodyHandle> = ARM_LINKS.iter().map(|n| body_of(n)).collect();
         link_bodies.extend(FINGER_LINKS.iter().map(|n| body_of(n)));
         let finger_colliders: [Vec<ColliderHandle>; 2] = FINGER_LINKS.map(|name| {
             let i = panda.link_names.iter().position(|n| n == name).unwrap_or(0);
-            handles.links[i]
-                .colliders
-                .iter()
-                .map(|c| c.handle)
-                .collect()
+            links[i].colliders.iter().map(|c| c.handle).collect()
         });
         // Each finger's convex hull touches a cube along an edge, about which the cube pivots
         // and creeps out of the grasp (1 cm in 10 s): the fingers collide as the box
@@ -254,8 +433,7 @@ impl World {
                 }
             }
         }
-        let all_colliders = handles
-            .links
+        let all_colliders: Vec<ColliderHandle> = links
             .iter()
             .flat_map(|l| l.colliders.iter().map(|c| c.handle))
             .collect();
@@ -289,22 +467,61 @@ impl World {
                 }
             })
             .collect();
-        let joint_links = JOINT_NAMES.map(|name| {
-            let j = panda
+        let joint_index = JOINT_NAMES.map(|name| {
+            panda
                 .joint_names
                 .iter()
                 .position(|n| n == name)
-                .unwrap_or_else(|| panic!("joint {name} checked by PandaModel::from_urdf"));
-            let child = handles.joints[j].link2;
-            multibody_joints
-                .rigid_body_link(child)
-                .map(|l| l.id)
-                .unwrap_or_else(|| panic!("joint {name} is in the multibody"))
+                .unwrap_or_else(|| panic!("joint {name} checked by PandaModel::from_urdf"))
         });
-        let multibody = multibody_joints
-            .rigid_body_link(link_bodies[1])
-            .map(|l| l.multibody)
-            .unwrap_or_else(|| panic!("the arm is a multibody"));
+        let joint_ids = match joints {
+            ArmJoints::Multibody => JointIds::Multibody {
+                index: multibody_joints
+                    .rigid_body_link(link_bodies[1])
+                    .map(|l| l.multibody)
+                    .unwrap_or_else(|| panic!("the arm is a multibody")),
+                links: joint_index.map(|j| {
+                    multibody_joints
+                        .rigid_body_link(urdf_joints[j].2)
+                        .map(|l| l.id)
+                        .unwrap_or_else(|| panic!("joint {j} is in the multibody"))
+                }),
+            },
+            ArmJoints::Impulse => {
+                // The links collide with the world but not with each other, as the
+                // multibody's DISABLE_SELF_CONTACTS.
+                let arm_group = InteractionGroups::new(
+                    Group::GROUP_1,
+                    Group::ALL ^ Group::GROUP_1,
+                    InteractionTestMode::And,
+                );
+                for &c in &all_colliders {
+                    if let Some(col) = colliders.get_mut(c) {
+                        col.set_collision_groups(arm_group);
+                    }
+                }
+                for l in &links {
+                    if let Some(b) = bodies.get_mut(l.body) {
+                        *b.activation_mut() = RigidBodyActivation::cannot_sleep();
+                    }
+                }
+                let urdf_joints = splice_massless_links(
+                    &mut bodies,
+                    &mut colliders,
+                    &mut impulse_joints,
+                    &mut multibody_joints,
+                    urdf_joints,
+                );
+                let chain = impulse_chain(&bodies, &impulse_joints, &urdf_joints, &joint_index);
+                let driven = joint_index.map(|j| {
+                    chain
+                        .iter()
+                        .position(|c| c.driven.is_some_and(|d| joint_index[d] == j))
+                        .unwrap_or_else(|| panic!("joint {j} is in the chain"))
+                });
+                JointIds::Impulse { chain, driven }
+            }
+        };
         let cube_handles: Vec<RigidBodyHandle> = (0..cubes)
             .map(|i| {
                 bodies.insert(
@@ -334,14 +551,13 @@ impl World {
             islands: IslandManager::new(),
             broad_phase: BroadPhaseBvh::new(),
             narrow_phase: NarrowPhase::new(),
-            impulse_joints: ImpulseJointSet::new(),
+            impulse_joints,
             multibody_joints,
             soft_bodies: SoftBodySet::new(),
             ccd: CCDSolver::new(),
             integration: integration_parameters(),
             arm: ArmHandles {
-                multibody,
-                joint_links,
+                joints: joint_ids,
                 link_bodies,
                 finger_colliders,
                 all_colliders,
@@ -382,16 +598,43 @@ impl World {
         self.apply_targets(1.0);
     }
 
-    fn multibody(&self) -> &Multibody {
+    fn multibody(&self, index: MultibodyIndex) -> &Multibody {
         self.multibody_joints
-            .get_multibody(self.arm.multibody)
+            .get_multibody(index)
             .unwrap_or_else(|| panic!("the arm's multibody exists"))
     }
 
-    fn multibody_mut(&mut self) -> &mut Multibody {
+    fn multibody_mut(&mut self, index: MultibodyIndex) -> &mut Multibody {
         self.multibody_joints
-            .get_multibody_mut(self.arm.multibody)
+            .get_multibody_mut(index)
             .unwrap_or_else(|| panic!("the arm's multibody exists"))
+    }
+
+    /// The description (motor, limits) of joint `i` of [`JOINT_NAMES`].
+    fn joint_data_mut(&mut self, i: usize) -> Option<&mut GenericJoint> {
+        match &self.arm.joints {
+            JointIds::Multibody { index, links } => {
+                let (index, id) = (*index, links[i]);
+                self.multibody_mut(index)
+                    .link_mut(id)
+                    .map(|l| &mut l.joint.data)
+            }
+            JointIds::Impulse { chain, driven } => {
+                let h = chain[driven[i]].handle;
+                self.impulse_joints.get_mut(h, false).map(|j| &mut j.data)
+            }
+        }
+    }
+
+    /// World frames of an impulse joint's two anchors (on its parent, on its child).
+    fn joint_frames(&self, c: &ChainJoint) -> (Isometry3<f64>, Isometry3<f64>) {
+        let Some(j) = self.impulse_joints.get(c.handle) else {
+            return (Isometry3::identity(), Isometry3::identity());
+        };
+        (
+            iso_of(self.bodies[c.parent].position()) * iso_of(&j.data.local_frame1),
+            iso_of(self.bodies[c.child].position()) * iso_of(&j.data.local_frame2),
+        )
     }
 
     /// Writes the motor targets (and gains) of every joint: `fraction` of the way from the
@@ -408,10 +651,8 @@ impl World {
         let (q, qd) = (self.joint_positions(), self.joint_velocities());
         let chain: [(f64, f64); ARM_DOF] =
             std::array::from_fn(|i| (self.model.chain[i].lower, self.model.chain[i].upper));
-        let links = self.arm.joint_links;
-        let mb = self.multibody_mut();
-        for (i, &id) in links.iter().enumerate() {
-            let Some(link) = mb.link_mut(id) else {
+        for i in 0..JOINT_NAMES.len() {
+            let Some(data) = self.joint_data_mut(i) else {
                 continue;
             };
             let (axis, k, d) = if i < ARM_DOF {
@@ -419,7 +660,6 @@ impl World {
             } else {
                 (JointAxis::LinX, FINGER_STIFFNESS, FINGER_DAMPING)
             };
-            let data = &mut link.joint.data;
             data.set_motor_model(axis, MotorModel::ForceBased);
             data.set_motor(
                 axis,
@@ -452,24 +692,51 @@ impl World {
 
     /// Teleports the joints to `q` at rest and sets the targets there.
     pub fn set_joint_positions(&mut self, q: [f64; 9]) {
-        let current = self.joint_positions();
-        let links = self.arm.joint_links;
-        let mb = self
-            .multibody_joints
-            .get_multibody_mut(self.arm.multibody)
-            .unwrap_or_else(|| panic!("the arm's multibody exists"));
-        let mut disp = vec![0.0f32; mb.ndofs()];
-        for (i, &id) in links.iter().enumerate() {
-            if let Some(link) = mb.link(id) {
-                disp[link.assembly_id()] = (q[i] - current[i]) as f32;
+        match self.arm.joints.clone() {
+            JointIds::Multibody { index, links } => {
+                let current = self.joint_positions();
+                let mb = self.multibody_mut(index);
+                let mut disp = vec![0.0f32; mb.ndofs()];
+                for (i, &id) in links.iter().enumerate() {
+                    if let Some(link) = mb.link(id) {
+                        disp[link.assembly_id()] = (q[i] - current[i]) as f32;
+                    }
+                }
+                mb.apply_displacements(&disp);
+                mb.generalized_velocity_mut().fill(0.0);
+                // `true`: the first call turns the root (created free) into a fixed joint at
+                // the base body's pose; with `false` it would be fixed at the origin.
+                let mb = self
+                    .multibody_joints
+                    .get_multibody_mut(index)
+                    .unwrap_or_else(|| panic!("the arm's multibody exists"));
+                mb.forward_kinematics(&self.bodies, true);
+                mb.update_rigid_bodies(&mut self.bodies, true);
+            }
+            JointIds::Impulse { chain, .. } => {
+                // Forward kinematics through the joint frames, parents first.
+                for c in &chain {
+                    let Some(j) = self.impulse_joints.get(c.handle) else {
+                        continue;
+                    };
+                    let (f1, f2) = (iso_of(&j.data.local_frame1), iso_of(&j.data.local_frame2));
+                    let v = c.driven.map_or(0.0, |i| q[i]);
+                    let motion = if c.driven.is_none() {
+                        Isometry3::identity()
+                    } else if c.prismatic {
+                        Isometry3::translation(v, 0.0, 0.0)
+                    } else {
+                        Isometry3::rotation(Vector3::x() * v)
+                    };
+                    let child =
+                        iso_of(self.bodies[c.parent].position()) * f1 * motion * f2.inverse();
+                    let r = child.rotation;
+                    let t = child.translation.vector;
+                    self.bodies[c.child]
+                        .set_position(pose_of([t.x, t.y, t.z], [r.i, r.j, r.k, r.w]), true);
+                }
             }
         }
-        mb.apply_displacements(&disp);
-        mb.generalized_velocity_mut().fill(0.0);
-        // `true`: the first call turns the root (created free) into a fixed joint at the
-        // base body's pose; with `false` it would be fixed at the origin.
-        mb.forward_kinematics(&self.bodies, true);
-        mb.update_rigid_bodies(&mut self.bodies, true);
         for &h in &self.arm.link_bodies {
             if let Some(b) = self.bodies.get_mut(h) {
                 b.set_linvel(Vector::ZERO, false);
@@ -483,47 +750,104 @@ impl World {
 
     /// Sets the joint velocities ([`JOINT_NAMES`] order) and the link velocities they imply.
     pub fn set_joint_velocities(&mut self, qd: [f64; 9]) {
-        let links = self.arm.joint_links;
-        let mb = self
-            .multibody_joints
-            .get_multibody_mut(self.arm.multibody)
-            .unwrap_or_else(|| panic!("the arm's multibody exists"));
-        let ids: Vec<usize> = links
-            .iter()
-            .map(|&id| mb.link(id).map_or(usize::MAX, |l| l.assembly_id()))
-            .collect();
-        let mut v = mb.generalized_velocity_mut();
-        for (i, a) in ids.into_iter().enumerate() {
-            if a < v.len() {
-                v[a] = qd[i] as f32;
+        match self.arm.joints.clone() {
+            JointIds::Multibody { index, links } => {
+                let mb = self.multibody_mut(index);
+                let ids: Vec<usize> = links
+                    .iter()
+                    .map(|&id| mb.link(id).map_or(usize::MAX, |l| l.assembly_id()))
+                    .collect();
+                let mut v = mb.generalized_velocity_mut();
+                for (i, a) in ids.into_iter().enumerate() {
+                    if a < v.len() {
+                        v[a] = qd[i] as f32;
+                    }
+                }
+            }
+            JointIds::Impulse { chain, .. } => {
+                // Velocity kinematics through the joints, parents first.
+                for c in &chain {
+                    let (f1, _) = self.joint_frames(c);
+                    let axis = f1.rotation * Vector3::x();
+                    let rate = c.driven.map_or(0.0, |i| qd[i]);
+                    let parent = &self.bodies[c.parent];
+                    let com = self.bodies[c.child].center_of_mass();
+                    let mut v = parent.velocity_at_point(com);
+                    let mut w = parent.angvel();
+                    let a = Vector::new(axis.x as f32, axis.y as f32, axis.z as f32);
+                    if c.prismatic {
+                        v += a * rate as f32;
+                    } else {
+                        w += a * rate as f32;
+                        let anchor = f1.translation.vector;
+                        let r =
+                            com - Vector::new(anchor.x as f32, anchor.y as f32, anchor.z as f32);
+                        v += (a * rate as f32).cross(r);
+                    }
+                    let b = &mut self.bodies[c.child];
+                    b.set_linvel(v, false);
+                    b.set_angvel(w, false);
+                }
             }
         }
     }
 
     /// Joint positions (rad for the arm, m for the fingers), [`JOINT_NAMES`] order.
     pub fn joint_positions(&self) -> [f64; 9] {
-        let mb = self.multibody();
-        self.arm.joint_links.map(|id| {
-            mb.link(id).map_or(0.0, |l| {
-                let c = l.joint().coords();
-                // Revolute joints rotate about their local x (coordinate 3), prismatic joints
-                // slide along it (coordinate 0).
-                if l.joint().data.locked_axes.contains(JointAxesMask::LIN_X) {
-                    c[3] as f64
+        match &self.arm.joints {
+            JointIds::Multibody { index, links } => {
+                let mb = self.multibody(*index);
+                links.map(|id| {
+                    mb.link(id).map_or(0.0, |l| {
+                        let c = l.joint().coords();
+                        // Revolute joints rotate about their local x (coordinate 3),
+                        // prismatic joints slide along it (coordinate 0).
+                        if l.joint().data.locked_axes.contains(JointAxesMask::LIN_X) {
+                            c[3] as f64
+                        } else {
+                            c[0] as f64
+                        }
+                    })
+                })
+            }
+            JointIds::Impulse { chain, driven } => driven.map(|k| {
+                let c = &chain[k];
+                let (f1, f2) = self.joint_frames(c);
+                let rel = f1.inverse() * f2;
+                if c.prismatic {
+                    rel.translation.x
                 } else {
-                    c[0] as f64
+                    let q = rel.rotation.quaternion();
+                    let s = if q.w < 0.0 { -1.0 } else { 1.0 };
+                    2.0 * (s * q.i).atan2(s * q.w)
                 }
-            })
-        })
+            }),
+        }
     }
 
     /// Joint velocities, [`JOINT_NAMES`] order.
     pub fn joint_velocities(&self) -> [f64; 9] {
-        let mb = self.multibody();
-        let v = mb.generalized_velocity();
-        self.arm
-            .joint_links
-            .map(|id| mb.link(id).map_or(0.0, |l| v[l.assembly_id()] as f64))
+        match &self.arm.joints {
+            JointIds::Multibody { index, links } => {
+                let mb = self.multibody(*index);
+                let v = mb.generalized_velocity();
+                links.map(|id| mb.link(id).map_or(0.0, |l| v[l.assembly_id()] as f64))
+            }
+            JointIds::Impulse { chain, driven } => driven.map(|k| {
+                let c = &chain[k];
+                let (f1, f2) = self.joint_frames(c);
+                let axis = f1.rotation * Vector3::x();
+                let (p, ch) = (&self.bodies[c.parent], &self.bodies[c.child]);
+                let rel = if c.prismatic {
+                    let t = f2.translation.vector;
+                    let at = Vector::new(t.x as f32, t.y as f32, t.z as f32);
+                    ch.velocity_at_point(at) - p.velocity_at_point(at)
+                } else {
+                    ch.angvel() - p.angvel()
+                };
+                Vector3::new(rel.x as f64, rel.y as f64, rel.z as f64).dot(&axis)
+            }),
+        }
     }
 
     /// The TCP pose from the measured arm joint positions.

@@ -9,12 +9,19 @@ use diffrl_tabletop::expert::{ExpertConfig, TabletopExpert};
 use diffrl_tabletop::robot::{HOME_Q, default_urdf_path, load_panda};
 use diffrl_tabletop::task::TabletopTask;
 use diffrl_tabletop::world::{
-    BodyPose, CUBE_HALF, GRAVITY, PHYSICS_HZ, PhysicsParams, ROBOT_FRICTION, World,
+    ArmJoints, BodyPose, CUBE_HALF, GRAVITY, PHYSICS_HZ, PhysicsParams, ROBOT_FRICTION, World,
 };
 
+/// The arm's two joint models; the checks of the arm run on both.
+const JOINTS: [ArmJoints; 2] = [ArmJoints::Multibody, ArmJoints::Impulse];
+
 fn world(cubes: usize, params: PhysicsParams) -> World {
+    world_with(ArmJoints::default(), cubes, params)
+}
+
+fn world_with(joints: ArmJoints, cubes: usize, params: PhysicsParams) -> World {
     let panda = load_panda(&default_urdf_path(), ROBOT_FRICTION).unwrap();
-    World::new(&panda, params, cubes, HOME_Q)
+    World::with_joints(&panda, params, cubes, HOME_Q, joints)
 }
 
 fn upright(position: [f64; 3]) -> BodyPose {
@@ -25,7 +32,15 @@ fn upright(position: [f64; 3]) -> BodyPose {
 }
 
 fn env(kind: TaskKind) -> Tabletop {
-    Tabletop::builder().kind(kind).build().unwrap()
+    env_with(kind, ArmJoints::default())
+}
+
+fn env_with(kind: TaskKind, joints: ArmJoints) -> Tabletop {
+    Tabletop::builder()
+        .kind(kind)
+        .arm_joints(joints)
+        .build()
+        .unwrap()
 }
 
 /// A cube dropped from 0.2 m lands within one substep of sqrt(2 h / g).
@@ -119,46 +134,53 @@ fn incline_slides_iff_tan_exceeds_friction() {
 /// 0.5 s and never overshoots by more than 30 %.
 #[test]
 fn joint_pd_tracks_a_step() {
-    let mut w = world(0, PhysicsParams::default());
-    let mut q = HOME_Q;
-    q[3] += 0.1;
-    w.set_targets(q);
-    let mut worst = 0.0f64;
-    for _ in 0..10 {
-        w.control_step();
-        worst = worst.max(w.joint_positions()[3] - HOME_Q[3]);
-    }
-    let err = (w.joint_positions()[3] - q[3]).abs();
-    assert!(err < 2e-3, "joint 4 is {err} rad off after 0.5 s");
-    assert!(worst < 0.13, "overshot to {worst} rad for a 0.1 rad step");
-    // The other joints held still.
-    for i in [0, 1, 2, 4, 5, 6] {
-        let e = (w.joint_positions()[i] - HOME_Q[i]).abs();
-        assert!(e < 5e-3, "joint {} drifted {e} rad", i + 1);
+    for joints in JOINTS {
+        let mut w = world_with(joints, 0, PhysicsParams::default());
+        let mut q = HOME_Q;
+        q[3] += 0.1;
+        w.set_targets(q);
+        let mut worst = 0.0f64;
+        for _ in 0..10 {
+            w.control_step();
+            worst = worst.max(w.joint_positions()[3] - HOME_Q[3]);
+        }
+        let err = (w.joint_positions()[3] - q[3]).abs();
+        assert!(
+            err < 2e-3,
+            "{joints:?}: joint 4 is {err} rad off after 0.5 s"
+        );
+        assert!(worst < 0.13, "overshot to {worst} rad for a 0.1 rad step");
+        // The other joints held still.
+        for i in [0, 1, 2, 4, 5, 6] {
+            let e = (w.joint_positions()[i] - HOME_Q[i]).abs();
+            assert!(e < 5e-3, "joint {} drifted {e} rad", i + 1);
+        }
     }
 }
 
 /// The TCP of our URDF kinematics sits 0.105 m along the simulated hand's z axis.
 #[test]
 fn kinematics_match_the_simulated_arm() {
-    let mut e = env(TaskKind::ReachGoal);
-    e.reset(3);
-    for a in [
-        [1.0, -0.5, -1.0, 1.0],
-        [-0.3, 1.0, 0.4, -1.0],
-        [0.0, 0.0, 0.0, 0.0],
-    ] {
-        for _ in 0..3 {
-            e.advance(a);
+    for joints in JOINTS {
+        let mut e = env_with(TaskKind::ReachGoal, joints);
+        e.reset(3);
+        for a in [
+            [1.0, -0.5, -1.0, 1.0],
+            [-0.3, 1.0, 0.4, -1.0],
+            [0.0, 0.0, 0.0, 0.0],
+        ] {
+            for _ in 0..3 {
+                e.advance(a);
+            }
+            let hand = e.world().link_poses()[8];
+            let from_hand = hand * rapier3d_point(0.105);
+            let tcp = e.world().tcp_pose().translation.vector;
+            let d = (from_hand.coords - tcp).norm();
+            assert!(
+                d < 1e-3,
+                "{joints:?}: TCP by kinematics and by simulated hand differ by {d} m"
+            );
         }
-        let hand = e.world().link_poses()[8];
-        let from_hand = hand * rapier3d_point(0.105);
-        let tcp = e.world().tcp_pose().translation.vector;
-        let d = (from_hand.coords - tcp).norm();
-        assert!(
-            d < 1e-3,
-            "TCP by kinematics and by simulated hand differ by {d} m"
-        );
     }
 }
 
@@ -169,72 +191,76 @@ fn rapier3d_point(z: f64) -> rapier3d::na::Point3<f64> {
 /// A cube grasped and lifted by the expert slips less than 1 mm in the gripper in 10 s.
 #[test]
 fn grasped_cube_does_not_slip() {
-    let mut e = env(TaskKind::PickCube);
-    e.reset(2);
-    // The cube square to the fingers (yaw 0) at (0.05, 0.03), the goal 15 cm above it.
-    let mut state = e.true_state();
-    let c = layout::CUBES;
-    state[c..c + 7].copy_from_slice(&[0.05, 0.03, CUBE_HALF, 0.0, 0.0, 0.0, 1.0]);
-    let n = state.len();
-    state[n - 3..].copy_from_slice(&[0.05, 0.03, 0.17]);
-    e.reset_to_state(&state, 0).unwrap();
-    let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
-    let lifted = |e: &Tabletop| {
-        let s = e.true_state();
-        s[layout::CUBES + 2] > 0.06 && e.world().is_grasping(0)
-    };
-    for _ in 0..40 {
-        if lifted(&e) {
-            break;
+    for joints in JOINTS {
+        let mut e = env_with(TaskKind::PickCube, joints);
+        e.reset(2);
+        // The cube square to the fingers (yaw 0) at (0.05, 0.03), the goal 15 cm above it.
+        let mut state = e.true_state();
+        let c = layout::CUBES;
+        state[c..c + 7].copy_from_slice(&[0.05, 0.03, CUBE_HALF, 0.0, 0.0, 0.0, 1.0]);
+        let n = state.len();
+        state[n - 3..].copy_from_slice(&[0.05, 0.03, 0.17]);
+        e.reset_to_state(&state, 0).unwrap();
+        let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
+        let lifted = |e: &Tabletop| {
+            let s = e.true_state();
+            s[layout::CUBES + 2] > 0.06 && e.world().is_grasping(0)
+        };
+        for _ in 0..40 {
+            if lifted(&e) {
+                break;
+            }
+            let a = expert.act(&e);
+            e.advance(a);
         }
-        let a = expert.act(&e);
-        e.advance(a);
+        assert!(lifted(&e), "{joints:?}: the expert did not lift the cube");
+        let offset = |e: &Tabletop| {
+            let s = e.true_state();
+            [0, 1, 2].map(|i| s[layout::CUBES + i] - s[layout::TCP + i])
+        };
+        let before = offset(&e);
+        for _ in 0..200 {
+            e.advance([0.0, 0.0, 0.0, -1.0]);
+        }
+        let after = offset(&e);
+        let slip = ((after[0] - before[0]).powi(2)
+            + (after[1] - before[1]).powi(2)
+            + (after[2] - before[2]).powi(2))
+        .sqrt();
+        assert!(slip < 1e-3, "{joints:?}: the cube slipped {slip} m");
+        assert!(e.world().is_grasping(0));
     }
-    assert!(lifted(&e), "the expert did not lift the cube");
-    let offset = |e: &Tabletop| {
-        let s = e.true_state();
-        [0, 1, 2].map(|i| s[layout::CUBES + i] - s[layout::TCP + i])
-    };
-    let before = offset(&e);
-    for _ in 0..200 {
-        e.advance([0.0, 0.0, 0.0, -1.0]);
-    }
-    let after = offset(&e);
-    let slip = ((after[0] - before[0]).powi(2)
-        + (after[1] - before[1]).powi(2)
-        + (after[2] - before[2]).powi(2))
-    .sqrt();
-    assert!(slip < 1e-3, "the cube slipped {slip} m");
-    assert!(e.world().is_grasping(0));
 }
 
 /// restore(snapshot) continues bit for bit, in the same and in another environment.
 #[test]
 fn snapshot_restore_is_exact() {
-    let mut e = env(TaskKind::StackCube);
-    e.reset(11);
-    let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
-    for _ in 0..12 {
-        let a = expert.act(&e);
-        e.step(&a).unwrap();
-    }
-    let snap = e.snapshot();
-    let mut actions = Vec::new();
-    let mut first = Vec::new();
-    for _ in 0..15 {
-        let a = expert.act(&e);
-        let r = e.step(&a).unwrap();
-        actions.push(a);
-        first.push((r.obs.state, r.reward.to_bits()));
-    }
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let mut other = env(TaskKind::StackCube);
-    for target in [&mut e, &mut other] {
-        target.restore(&snap);
-        for (a, (obs, reward)) in actions.iter().zip(&first) {
-            let r = target.step(a).unwrap();
-            assert_eq!(bits(&r.obs.state), bits(obs));
-            assert_eq!(r.reward.to_bits(), *reward);
+    for joints in JOINTS {
+        let mut e = env_with(TaskKind::StackCube, joints);
+        e.reset(11);
+        let mut expert = TabletopExpert::new(ExpertConfig::default(), 0);
+        for _ in 0..12 {
+            let a = expert.act(&e);
+            e.step(&a).unwrap();
+        }
+        let snap = e.snapshot();
+        let mut actions = Vec::new();
+        let mut first = Vec::new();
+        for _ in 0..15 {
+            let a = expert.act(&e);
+            let r = e.step(&a).unwrap();
+            actions.push(a);
+            first.push((r.obs.state, r.reward.to_bits()));
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut other = env_with(TaskKind::StackCube, joints);
+        for target in [&mut e, &mut other] {
+            target.restore(&snap);
+            for (a, (obs, reward)) in actions.iter().zip(&first) {
+                let r = target.step(a).unwrap();
+                assert_eq!(bits(&r.obs.state), bits(obs));
+                assert_eq!(r.reward.to_bits(), *reward);
+            }
         }
     }
 }
@@ -332,62 +358,73 @@ fn experts_solve_their_tasks() {
         (TaskKind::PickCube, 5),
         (TaskKind::StackCube, 4),
     ] {
-        let task = TabletopTask::new(kind);
-        let mut e = task.build(&TabletopConfig::default());
-        let mut solved = 0;
-        for seed in 100..106 {
-            e.reset(seed);
-            let mut expert = task.expert(&ExpertConfig::default(), seed).unwrap();
-            loop {
-                let a = expert.act(&e);
-                let r = e.step(&a).unwrap();
-                if r.terminated || r.truncated {
-                    solved += usize::from(r.info.success);
-                    break;
+        for arm_joints in JOINTS {
+            let task = TabletopTask::new(kind);
+            let mut e = task.build(&TabletopConfig {
+                arm_joints,
+                ..TabletopConfig::default()
+            });
+            let mut solved = 0;
+            for seed in 100..106 {
+                e.reset(seed);
+                let mut expert = task.expert(&ExpertConfig::default(), seed).unwrap();
+                loop {
+                    let a = expert.act(&e);
+                    let r = e.step(&a).unwrap();
+                    if r.terminated || r.truncated {
+                        solved += usize::from(r.info.success);
+                        break;
+                    }
                 }
             }
+            assert!(
+                solved >= need,
+                "{} ({arm_joints:?}): {solved}/6 (need {need})",
+                kind.name()
+            );
         }
-        assert!(solved >= need, "{}: {solved}/6 (need {need})", kind.name());
     }
 }
 
 /// reset_to_state round-trips a recorded state and refuses overlapping cubes.
 #[test]
 fn reset_to_state_round_trips_and_refuses_overlaps() {
-    let mut e = env(TaskKind::StackCube);
-    e.reset(9);
-    let state = e.true_state();
-    let mut f = env(TaskKind::StackCube);
-    f.reset_to_state(&state, 1).unwrap();
-    let back = f.true_state();
-    for (i, (a, b)) in state.iter().zip(&back).enumerate() {
-        if !(layout::TCP..layout::TCP + 4).contains(&i) {
-            assert!((a - b).abs() < 1e-5, "component {i}: {a} vs {b}");
+    for joints in JOINTS {
+        let mut e = env_with(TaskKind::StackCube, joints);
+        e.reset(9);
+        let state = e.true_state();
+        let mut f = env_with(TaskKind::StackCube, joints);
+        f.reset_to_state(&state, 1).unwrap();
+        let back = f.true_state();
+        for (i, (a, b)) in state.iter().zip(&back).enumerate() {
+            if !(layout::TCP..layout::TCP + 4).contains(&i) {
+                assert!((a - b).abs() < 1e-5, "component {i}: {a} vs {b}");
+            }
         }
+        // Cube A sunk halfway into the table.
+        let mut sunk = state.clone();
+        sunk[layout::CUBES + 2] = 0.0;
+        let err = f.reset_to_state(&sunk, 1).unwrap_err().to_string();
+        assert!(err.contains("table"), "{err}");
+        // Cube A inside cube B.
+        let mut inside = state.clone();
+        inside[layout::CUBES..layout::CUBES + 3]
+            .copy_from_slice(&state[layout::CUBES + 7..layout::CUBES + 10]);
+        let err = f.reset_to_state(&inside, 1).unwrap_err().to_string();
+        assert!(err.contains("cube 1"), "{err}");
+        // The refused resets left the environment where it was.
+        assert_eq!(f.true_state(), back);
+        let err = f.reset_to_state(&state[..5], 1).unwrap_err().to_string();
+        assert!(err.contains("39"), "{err}");
+        let mut nan = state.clone();
+        nan[3] = f64::NAN;
+        assert!(
+            f.reset_to_state(&nan, 1)
+                .unwrap_err()
+                .to_string()
+                .contains("q_panda_joint4")
+        );
     }
-    // Cube A sunk halfway into the table.
-    let mut sunk = state.clone();
-    sunk[layout::CUBES + 2] = 0.0;
-    let err = f.reset_to_state(&sunk, 1).unwrap_err().to_string();
-    assert!(err.contains("table"), "{err}");
-    // Cube A inside cube B.
-    let mut inside = state.clone();
-    inside[layout::CUBES..layout::CUBES + 3]
-        .copy_from_slice(&state[layout::CUBES + 7..layout::CUBES + 10]);
-    let err = f.reset_to_state(&inside, 1).unwrap_err().to_string();
-    assert!(err.contains("cube 1"), "{err}");
-    // The refused resets left the environment where it was.
-    assert_eq!(f.true_state(), back);
-    let err = f.reset_to_state(&state[..5], 1).unwrap_err().to_string();
-    assert!(err.contains("39"), "{err}");
-    let mut nan = state.clone();
-    nan[3] = f64::NAN;
-    assert!(
-        f.reset_to_state(&nan, 1)
-            .unwrap_err()
-            .to_string()
-            .contains("q_panda_joint4")
-    );
 }
 
 /// Config errors name the field.
