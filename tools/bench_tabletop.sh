@@ -3,7 +3,8 @@
 # (tools/mujoco_tabletop/pick_cube.xml, timed by tools/bench_tabletop.py), plus camera frames/s
 # at 64x64 beside MuJoCo's offscreen renderer (EGL on Mesa's llvmpipe, one thread).
 # Workloads: ours `random` <-> MuJoCo `random`; ours `push` (scripted contact) <-> MuJoCo
-# `expert-like` (scripted pick). Each pair is timed ROUNDS times, MuJoCo and diffrl interleaved on
+# `expert-like` (scripted pick). diffrl runs each twice, with the arm as a multibody (the
+# default) and on impulse joints (`--env arm_joints=impulse`). Each pair is timed ROUNDS times, MuJoCo and diffrl interleaved on
 # the same core; the table shows medians and the median of the per-round ratios (ratios, not
 # absolute numbers, are what carry across machines). The "physics only" column is MuJoCo's
 # mj_step rate divided by SUBSTEPS: the control rate it would have with no Python around it.
@@ -51,11 +52,13 @@ for pair in random:random push:expert-like; do
   for _ in $(seq "$rounds"); do
     pin "$PY" tools/bench_tabletop.py --workload "$peer" --steps "$steps" --substeps "$substeps" >> "$out"
     [ "$diffrl_state" = 1 ] && pin "$BIN" bench pick-cube --workload "$ours" --steps "$steps" >> "$out"
+    [ "$diffrl_state" = 1 ] && pin "$BIN" bench pick-cube --workload "$ours" --steps "$steps" --env arm_joints=impulse >> "$out"
   done
 done
 for _ in $(seq "$rounds"); do
   pin "$PY" tools/bench_tabletop.py --render 64 --steps "$pixel_steps" --substeps "$substeps" >> "$out"
   [ "$diffrl_pixels" = 1 ] && pin "$BIN" bench pick-cube --obs pixels --steps "$pixel_steps" >> "$out"
+  [ "$diffrl_pixels" = 1 ] && pin "$BIN" bench pick-cube --obs pixels --steps "$pixel_steps" --env arm_joints=impulse >> "$out"
   pin "$PY" tools/bench_tabletop.py --render 128 --steps "$pixel_steps" --substeps "$substeps" >> "$out"
 done
 
@@ -74,16 +77,22 @@ def ratio(peer, ours):
 
 mj = [r for r in rows if r["impl"] == "mujoco"]
 print(f"MuJoCo {mj[0]['mujoco']}, {mj[0].get('substeps')} substeps per control step, one core")
-print(f"{'obs':<7} {'diffrl / mujoco workload':<25} {'mujoco steps/s':>15} {'physics only':>13} "
+# diffrl's rows per arm joint model: the default multibody, and --env arm_joints=impulse.
+joints = lambda r: "impulse" if "arm_joints=impulse" in r.get("env", []) else "multibody"
+print(f"{'obs':<7} {'diffrl / mujoco workload':<25} {'arm joints':<10} {'mujoco steps/s':>15} {'physics only':>13} "
       f"{'diffrl steps/s':>15} {'diffrl/mujoco (median, min-max)':>32}")
 for ours, peer in [("random", "random"), ("push", "expert-like")]:
     m = [r for r in mj if r.get("what") is None and r["workload"] == peer]
-    d = [r["steps_per_s"] for r in rows if r["impl"] == "diffrl" and r.get("obs") == "state" and r["workload"] == ours]
     ms = [r["steps_per_s"] for r in m]
     phys = med([r["mj_steps_per_s"] / r["substeps"] for r in m])
-    print(f"{'state':<7} {ours + ' / ' + peer:<25} {fmt(med(ms)):>15} {fmt(phys):>13} {fmt(med(d)):>15} {ratio(ms, d):>32}")
+    for model in ("multibody", "impulse"):
+        d = [r["steps_per_s"] for r in rows if r["impl"] == "diffrl" and r.get("obs") == "state"
+             and r["workload"] == ours and joints(r) == model]
+        print(f"{'state':<7} {ours + ' / ' + peer:<25} {model:<10} {fmt(med(ms)):>15} {fmt(phys):>13} "
+              f"{fmt(med(d)):>15} {ratio(ms, d):>32}")
 print()
-print(f"{'camera':<8} {'mujoco frames/s':>16} {'mujoco steps/s':>15} {'diffrl steps/s':>15} {'diffrl/mujoco steps':>22}")
+print(f"{'camera':<8} {'arm joints':<10} {'mujoco frames/s':>16} {'mujoco steps/s':>15} {'diffrl steps/s':>15} "
+      f"{'diffrl/mujoco steps':>22}")
 for size in (64, 128):
     m = [r for r in mj if r.get("what") == "render" and r["size"] == size]
     errors = {r["error"] for r in m if "error" in r}
@@ -92,8 +101,11 @@ for size in (64, 128):
         continue
     fs = [r["frames_per_s"] for r in m]
     ms = [r["steps_per_s"] for r in m]
-    d = [r["steps_per_s"] for r in rows if r["impl"] == "diffrl" and r.get("obs") == "pixels"] if size == 64 else []
-    print(f"{str(size) + 'x' + str(size):<8} {fmt(med(fs)):>16} {fmt(med(ms)):>15} {fmt(med(d)):>15} {ratio(ms, d):>22}")
+    for model in (("multibody", "impulse") if size == 64 else ("-",)):
+        d = [r["steps_per_s"] for r in rows if r["impl"] == "diffrl" and r.get("obs") == "pixels"
+             and joints(r) == model]
+        print(f"{str(size) + 'x' + str(size):<8} {model:<10} {fmt(med(fs)):>16} {fmt(med(ms)):>15} "
+              f"{fmt(med(d)):>15} {ratio(ms, d):>22}")
 if note or not any(r["impl"] == "diffrl" for r in rows):
     print(f"\nnote: `diffrl bench pick-cube` failed, so rows with '-' show MuJoCo's side only: {note.strip() or 'no output'}")
 PYEOF

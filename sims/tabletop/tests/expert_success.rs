@@ -1,7 +1,8 @@
 //! Expert success rates over many seeded episodes (slow: ~10 s per task in the dev profile).
 //! `cargo test -p diffrl-tabletop --test expert_success -- --ignored --nocapture`; the
 //! `EPISODES` and `FIRST_SEED` environment variables change the sample (default 100 from
-//! seed 1000). `FAILURES=1` prints the failed seeds.
+//! seed 1000). `FAILURES=1` prints the failed seeds; `ARM_JOINTS=impulse` simulates the arm
+//! on impulse joints (`[env] arm_joints`) instead of the multibody.
 
 use diffrl_core::Env;
 use diffrl_core::task::Task;
@@ -10,6 +11,7 @@ use diffrl_tabletop::expert::ExpertConfig;
 use diffrl_tabletop::lang_cubes::{LangCubesConfig, LangCubesTask};
 use diffrl_tabletop::language::INSTRUCTIONS;
 use diffrl_tabletop::task::TabletopTask;
+use diffrl_tabletop::world::ArmJoints;
 
 fn var(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -18,10 +20,22 @@ fn var(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The joint model `ARM_JOINTS` names (`multibody` when unset).
+fn arm_joints() -> ArmJoints {
+    match std::env::var("ARM_JOINTS").as_deref() {
+        Ok("impulse") => ArmJoints::Impulse,
+        Ok("multibody") | Err(_) => ArmJoints::Multibody,
+        Ok(other) => panic!("ARM_JOINTS must be multibody or impulse, got {other:?}"),
+    }
+}
+
 /// Success rate of `kind`'s expert over `n` episodes from `first`, and the failed seeds.
 fn success_rate(kind: TaskKind, first: u64, n: u64) -> (f64, Vec<u64>) {
     let task = TabletopTask::new(kind);
-    let mut env = task.build(&TabletopConfig::default());
+    let mut env = task.build(&TabletopConfig {
+        arm_joints: arm_joints(),
+        ..TabletopConfig::default()
+    });
     let mut failed = Vec::new();
     for seed in first..first + n {
         env.reset(seed);
@@ -80,6 +94,7 @@ fn lang_success_rate(family: &str, first: u64, n: u64) -> (f64, Vec<(u64, String
         .map(|i| {
             task.build(&LangCubesConfig {
                 instruction: i.canonical(),
+                arm_joints: arm_joints(),
                 ..LangCubesConfig::default()
             })
         })
@@ -139,7 +154,10 @@ fn trace_episode() {
     };
     let seed = var("TRACE_SEED", 0);
     let task = TabletopTask::new(kind);
-    let mut env = task.build(&TabletopConfig::default());
+    let mut env = task.build(&TabletopConfig {
+        arm_joints: arm_joints(),
+        ..TabletopConfig::default()
+    });
     env.reset(seed);
     let mut expert = task.expert(&ExpertConfig::default(), seed).unwrap();
     for k in 0..env.max_episode_steps() {

@@ -33,6 +33,10 @@ pub struct BenchArgs {
     /// task's default, keypoints for Push-T).
     #[arg(long)]
     pub obs: Option<String>,
+    /// A key of the task's [env] table, as KEY=VALUE with a TOML value (a bare word is a
+    /// string), e.g. `--env arm_joints=impulse`; repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
     /// Action workload.
     #[arg(long, value_enum, default_value_t = Workload::Random)]
     pub workload: Workload,
@@ -117,6 +121,14 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             .patched(&patch)
             .map_err(|i| anyhow::anyhow!("--obs {obs}: {}", i.message))?;
     }
+    for setting in &args.env {
+        let (key, value) = env_setting(setting)?;
+        let mut patch = toml::Table::new();
+        patch.insert(key.clone(), value);
+        env_cfg = env_cfg
+            .patched(&patch)
+            .map_err(|i| anyhow::anyhow!("--env {setting}: {}", i.message))?;
+    }
     let mut env = env_cfg.build();
     let space = env.action_space();
     let mut rng = seeding::rng(args.seed);
@@ -150,10 +162,26 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(
         out,
         "{}",
-        serde_json::json!({"impl": "diffrl", "obs": obs, "workload": workload, "steps": args.steps, "seconds": secs,
+        serde_json::json!({"impl": "diffrl", "obs": obs, "workload": workload, "env": args.env, "steps": args.steps, "seconds": secs,
                            "steps_per_s": args.steps as f64 / secs, "resets": resets, "successes": successes})
     )?;
     Ok(())
+}
+
+/// `KEY=VALUE` of `--env`: the value parsed as TOML, else taken as a string.
+fn env_setting(setting: &str) -> anyhow::Result<(String, toml::Value)> {
+    let (key, raw) = setting
+        .split_once('=')
+        .with_context(|| format!("--env {setting:?}: expected KEY=VALUE"))?;
+    let key = key.trim();
+    anyhow::ensure!(!key.is_empty(), "--env {setting:?}: the key is empty");
+    let raw = raw.trim();
+    let value = format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    Ok((key.to_string(), value))
 }
 
 /// Median of `v` seconds in milliseconds (the upper middle value of an even count).
@@ -679,4 +707,31 @@ fn vla<B: burn::tensor::backend::AutodiffBackend>(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::env_setting;
+
+    #[test]
+    fn env_settings_parse_toml_values_and_bare_words() {
+        let (k, v) = env_setting("arm_joints=impulse").unwrap();
+        assert_eq!(
+            (k.as_str(), v),
+            ("arm_joints", toml::Value::from("impulse"))
+        );
+        let (k, v) = env_setting(" max_episode_steps = 80").unwrap();
+        assert_eq!(
+            (k.as_str(), v),
+            ("max_episode_steps", toml::Value::from(80))
+        );
+        assert_eq!(
+            env_setting("obs=\"state\"").unwrap().1,
+            toml::Value::from("state")
+        );
+        for bad in ["arm_joints", "=impulse"] {
+            let e = env_setting(bad).unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
 }
