@@ -251,22 +251,31 @@ fn dataset_episodes(
     Ok((dir, eps))
 }
 
+/// VOC and monotonicity as text: "n/a" when no successful held-out episode measured them (with
+/// fewer than 10 demonstrations none is held out), never a 0.000 that reads as a measurement.
+pub(crate) fn voc_text(m: &RewardMetrics) -> (String, String) {
+    if m.voc_trajectories == 0 {
+        ("n/a".into(), "n/a".into())
+    } else {
+        (format!("{:.3}", m.voc), format!("{:.3}", m.monotonicity))
+    }
+}
+
 pub(crate) fn print_metrics(
     out: &mut dyn Write,
     what: &str,
     m: &RewardMetrics,
 ) -> anyhow::Result<()> {
     let opt = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+    let (voc, monotonicity) = voc_text(m);
     writeln!(
         out,
-        "{what}: VOC {:.3} over {} successful episodes; pairwise accuracy {} over {} pairs; \
-         success AUROC {}; monotonicity {:.3}; {} outputs clamped",
-        m.voc,
+        "{what}: VOC {voc} over {} successful episodes; pairwise accuracy {} over {} pairs; \
+         success AUROC {}; monotonicity {monotonicity}; {} outputs clamped",
         m.voc_trajectories,
         opt(m.pairwise_accuracy),
         m.pairs,
         opt(m.success_auroc),
-        m.monotonicity,
         m.clamped
     )?;
     Ok(())
@@ -632,5 +641,34 @@ pub fn run(
             writeln!(out, "wrote {}", path.display())?;
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn voc_without_held_out_successes_reads_na() {
+        let mut m = RewardMetrics {
+            voc: 0.0,
+            voc_trajectories: 0,
+            pairwise_accuracy: None,
+            pairs: 0,
+            success_auroc: None,
+            monotonicity: 1.0,
+            clamped: 0,
+        };
+        assert_eq!(voc_text(&m), ("n/a".into(), "n/a".into()));
+        let mut text = Vec::new();
+        print_metrics(&mut text, "held-out", &m).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("VOC n/a over 0") && text.contains("monotonicity n/a"),
+            "{text}"
+        );
+        m.voc = 0.98;
+        m.voc_trajectories = 3;
+        assert_eq!(voc_text(&m), ("0.980".into(), "1.000".into()));
     }
 }

@@ -10,6 +10,7 @@ use diffrl_learn::eval::EvalReport;
 use serde_json::{Value, json};
 
 use super::stages::{Results, brief};
+use crate::commands::reward::voc_text;
 use crate::config::RunConfig;
 use crate::plots::{Panel, Series, curve, metrics_lines};
 
@@ -393,15 +394,14 @@ pub(super) fn finish(
         }
     ));
     let opt = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.3}"));
+    let (voc, monotonicity) = voc_text(&r.reward);
     md.push_str(&format!(
-        "## Reward model\n\nProgress model Phi(s) (`reward/progress`), held-out demonstrations: VOC {:.3} over {} \
-         successful episodes, pairwise accuracy {} over {} pairs, success AUROC {}, monotonicity {:.3}.\n\n",
-        r.reward.voc,
+        "## Reward model\n\nProgress model Phi(s) (`reward/progress`), held-out demonstrations: VOC {voc} over {} \
+         successful episodes, pairwise accuracy {} over {} pairs, success AUROC {}, monotonicity {monotonicity}.\n\n",
         r.reward.voc_trajectories,
         opt(r.reward.pairwise_accuracy),
         r.reward.pairs,
         opt(r.reward.success_auroc),
-        r.reward.monotonicity,
     ));
     if let Some(m) = &r.reward_vs_policy {
         md.push_str(&format!(
@@ -450,7 +450,7 @@ pub(super) fn finish(
         .with_context(|| format!("writing {}", root.join("report.md").display()))?;
     writeln!(
         out,
-        "BC {:.1}% -> {} {:.1}% success (mean max score {:.3} -> {:.3}{}); reward model VOC {:.3}; {:.0} s",
+        "BC {:.1}% -> {} {:.1}% success (mean max score {:.3} -> {:.3}{}); reward model VOC {}; {:.0} s",
         pct(r.bc.success_rate),
         learner(r),
         pct(r.grpo.success_rate),
@@ -460,7 +460,7 @@ pub(super) fn finish(
             (Some(a), Some(b)) => format!(", mean max reward {a:.3} -> {b:.3}"),
             _ => String::new(),
         },
-        r.reward.voc,
+        voc_text(&r.reward).0,
         total
     )?;
     writeln!(out, "report: {}", root.join("report.md").display())?;
