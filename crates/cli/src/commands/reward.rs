@@ -251,8 +251,9 @@ fn dataset_episodes(
     Ok((dir, eps))
 }
 
-/// VOC and monotonicity as text: "n/a" when no successful held-out episode measured them (with
-/// fewer than 10 demonstrations none is held out), never a 0.000 that reads as a measurement.
+/// VOC and monotonicity as text: "n/a" when no successful held-out episode measured them (at
+/// the default `holdout_every` of 10, fewer than 10 demonstrations hold none out), never a
+/// 0.000 that reads as a measurement (summary.json writes null).
 pub(crate) fn voc_text(m: &RewardMetrics) -> (String, String) {
     if m.voc_trajectories == 0 {
         ("n/a".into(), "n/a".into())

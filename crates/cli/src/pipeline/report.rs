@@ -115,10 +115,12 @@ pub(super) fn summary_json(r: &Results, total: f64, quick: bool) -> Value {
             "mcnemar": mcnemar(&r.bc, &r.grpo).map(|(g, b, p)| json!({"only_grpo_succeeded": g, "only_bc_succeeded": b, "p_value": p})),
         },
         "reward": {
-            "voc": r.reward.voc,
+            // null, not 0.000 and 1.000, when no successful held-out demonstration measured them.
+            "voc": (r.reward.voc_trajectories > 0).then_some(r.reward.voc),
+            "voc_trajectories": r.reward.voc_trajectories,
             "pairwise_accuracy": r.reward.pairwise_accuracy,
             "success_auroc": r.reward.success_auroc,
-            "monotonicity": r.reward.monotonicity,
+            "monotonicity": (r.reward.voc_trajectories > 0).then_some(r.reward.monotonicity),
             "pairs": r.reward.pairs,
             "vs_policy": r.reward_vs_policy.as_ref().map(|m| json!({
                 "pairwise_accuracy": m.pairwise_accuracy,
