@@ -152,6 +152,14 @@ pub struct RewardMetrics {
     pub clamped: usize,
 }
 
+impl RewardMetrics {
+    /// (VOC, monotonicity), or None when no successful trajectory measured them: `voc` and
+    /// `monotonicity` then hold placeholders (0 and 1), not measurements.
+    pub fn voc_measured(&self) -> Option<(f64, f64)> {
+        (self.voc_trajectories > 0).then_some((self.voc, self.monotonicity))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

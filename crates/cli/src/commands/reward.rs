@@ -255,11 +255,10 @@ fn dataset_episodes(
 /// the default `holdout_every` of 10, fewer than 10 demonstrations hold none out), never a
 /// 0.000 that reads as a measurement (summary.json writes null).
 pub(crate) fn voc_text(m: &RewardMetrics) -> (String, String) {
-    if m.voc_trajectories == 0 {
-        ("n/a".into(), "n/a".into())
-    } else {
-        (format!("{:.3}", m.voc), format!("{:.3}", m.monotonicity))
-    }
+    m.voc_measured()
+        .map_or(("n/a".into(), "n/a".into()), |(v, mo)| {
+            (format!("{v:.3}"), format!("{mo:.3}"))
+        })
 }
 
 pub(crate) fn print_metrics(

@@ -116,17 +116,17 @@ pub(super) fn summary_json(r: &Results, total: f64, quick: bool) -> Value {
         },
         "reward": {
             // null, not 0.000 and 1.000, when no successful held-out demonstration measured them.
-            "voc": (r.reward.voc_trajectories > 0).then_some(r.reward.voc),
+            "voc": r.reward.voc_measured().map(|m| m.0),
             "voc_trajectories": r.reward.voc_trajectories,
             "pairwise_accuracy": r.reward.pairwise_accuracy,
             "success_auroc": r.reward.success_auroc,
-            "monotonicity": (r.reward.voc_trajectories > 0).then_some(r.reward.monotonicity),
+            "monotonicity": r.reward.voc_measured().map(|m| m.1),
             "pairs": r.reward.pairs,
             "vs_policy": r.reward_vs_policy.as_ref().map(|m| json!({
                 "pairwise_accuracy": m.pairwise_accuracy,
                 "success_auroc": m.success_auroc,
                 "pairs": m.pairs,
-                "voc": m.voc,
+                "voc": m.voc_measured().map(|m| m.0),
             })),
         },
         "wall_seconds": {
