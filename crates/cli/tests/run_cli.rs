@@ -430,6 +430,46 @@ fn ctrl_c_then_rerun_resumes_to_the_uninterrupted_result() {
     );
 }
 
+/// Raising `[grpo] iterations` of a finished run and passing --resume extends its GRPO stage
+/// from the saved state (BC and the reward model reused) to where a run of the larger count
+/// ends; lowering it again starts the stage over.
+#[test]
+fn raising_grpo_iterations_extends_the_finished_stage() {
+    let d = tempfile::tempdir().unwrap();
+    let short = config(d.path(), "");
+    let long = d.path().join("long.toml");
+    let text = std::fs::read_to_string(&short).unwrap();
+    assert!(text.contains("iterations = 2\n"));
+    std::fs::write(&long, text.replace("iterations = 2\n", "iterations = 4\n")).unwrap();
+    let long = long.display().to_string();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    let (a_out, b_out) = (a.display().to_string(), b.display().to_string());
+    diffrl(&["run", &long, "--out", &a_out, "--rerun", "off"]).unwrap();
+    diffrl(&["run", &short, "--out", &b_out, "--rerun", "off"]).unwrap();
+
+    let log = diffrl(&["run", &long, "--out", &b_out, "--resume", "--rerun", "off"]).unwrap();
+    assert!(log.contains("[2/5] pretrain: reusing"), "{log}");
+    assert!(log.contains("[3/5] reward: reusing"), "{log}");
+    assert!(
+        log.contains("[4/5] grpo: extending") && log.contains("from 2 to 4 iterations"),
+        "{log}"
+    );
+    assert!(log.contains("[4/5] grpo: resuming"), "{log}");
+    let wa = std::fs::read(a.join("grpo/policy/model.safetensors")).unwrap();
+    let wb = std::fs::read(b.join("grpo/policy/model.safetensors")).unwrap();
+    assert!(wa == wb, "2 + 2 iterations differ from 4 in one go");
+    assert_eq!(
+        json(&a.join("summary.json"))["grpo"],
+        json(&b.join("summary.json"))["grpo"]
+    );
+
+    let log = diffrl(&["run", &short, "--out", &b_out, "--resume", "--rerun", "off"]).unwrap();
+    assert!(
+        log.contains("[4/5] grpo: settings changed") && !log.contains("extending"),
+        "{log}"
+    );
+}
+
 /// `[dagger]` rounds inside the pretrain stage: each round's data holds the previous data plus
 /// the labelled rollouts, the last round's policy is what GRPO starts from, the report and
 /// summary.json name the rounds, a rerun reuses them; the reward stage scores the model

@@ -83,6 +83,49 @@ impl Stage {
     }
 }
 
+/// Lets a stage whose only change is a larger count at `fp[section][key]` (GRPO's `[grpo]
+/// iterations`, raised) go on from where it stopped instead of starting over: when `root/name`
+/// was written with the same settings but a smaller count and still holds `state` (the
+/// learner's saved state, which the learner extends: crates/learn/src/session.rs), its
+/// fingerprint is rewritten to `fp` and its completion marker removed, so that
+/// [`Stage::open`] resumes it. Prints `header: extending ...` and returns whether it did.
+pub(super) fn extend_count(
+    root: &Path,
+    name: &str,
+    fp: &Value,
+    (section, key): (&str, &str),
+    state: &str,
+    header: &str,
+    out: &mut dyn Write,
+) -> anyhow::Result<bool> {
+    let dir = root.join(name);
+    let Some(mut old) = std::fs::read_to_string(dir.join("fingerprint.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    else {
+        return Ok(false);
+    };
+    let (Some(done), Some(asked)) = (old[section][key].as_u64(), fp[section][key].as_u64()) else {
+        return Ok(false);
+    };
+    old[section][key] = fp[section][key].clone();
+    let fp_rel = run_relative(fp, root);
+    if done >= asked || (old != fp_rel && old != *fp) || !dir.join(state).exists() {
+        return Ok(false);
+    }
+    writeln!(
+        out,
+        "{header}: extending {} from {done} to {asked} {key} ({section}.{key} raised, nothing else changed)",
+        dir.display()
+    )?;
+    let marker = dir.join("stage.json");
+    if marker.exists() {
+        std::fs::remove_file(&marker).with_context(|| format!("removing {}", marker.display()))?;
+    }
+    write_json(&dir.join("fingerprint.json"), &fp_rel)?;
+    Ok(true)
+}
+
 fn write_json(path: &Path, v: &Value) -> anyhow::Result<()> {
     write_atomic(path, serde_json::to_string_pretty(v)?.as_bytes())
         .with_context(|| format!("writing {}", path.display()))

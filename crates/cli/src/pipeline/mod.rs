@@ -7,8 +7,9 @@
 //! it reads from, and content hashes of the folders it reads that no stage fingerprints) and, once
 //! complete, `stage.json` (the same fingerprint, its wall time and results). A complete stage
 //! with the same settings is reused; an incomplete one with the same settings resumes from its
-//! checkpoint; one whose settings changed is started over. So an interrupted `diffrl run`
-//! continues where it stopped.
+//! checkpoint; one whose settings changed is started over, except GRPO when only `[grpo]
+//! iterations` was raised: it goes on from its saved state. So an interrupted `diffrl run`
+//! continues where it stopped, and a finished one can be fine-tuned for longer.
 
 //! Files: this one parses `diffrl run`'s overrides, guards an existing run folder and calls the
 //! stages; `stages.rs` runs the five stages; `cache.rs` decides per stage folder whether to reuse,
@@ -62,7 +63,8 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "resume")]
     pub force: bool,
     /// Continue a run folder whose config differs: stages whose settings did not change are
-    /// kept, the others are redone.
+    /// kept, the others are redone (GRPO with only `[grpo] iterations` raised goes on from
+    /// where it stopped).
     #[arg(long)]
     pub resume: bool,
     /// Device for training and evaluation.
@@ -209,7 +211,8 @@ fn check_existing(
     if args.resume {
         writeln!(
             out,
-            "--resume: the config changed ({diff}); stages whose settings changed are redone"
+            "--resume: the config changed ({diff}); stages whose settings changed are redone \
+             (a raised [grpo] iterations extends GRPO)"
         )?;
         return Ok(());
     }

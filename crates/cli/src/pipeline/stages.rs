@@ -20,7 +20,7 @@ use diffrl_reward::metrics::RewardMetrics;
 use serde_json::{Value, json};
 
 use super::STAGES;
-use super::cache::{Stage, StageState, reward_model_hashes};
+use super::cache::{Stage, StageState, extend_count, reward_model_hashes};
 use crate::bc;
 use crate::commands::{dagger, demos, finetune, reward};
 use crate::config::RunConfig;
@@ -374,6 +374,17 @@ fn grpo_stage<B: AutodiffBackend>(
     if cfg.run.finetune != Algorithm::Grpo {
         fp["finetune"] = json!(cfg.run.finetune);
     }
+    // More iterations and nothing else: the finished (or stopped) stage goes on from its saved
+    // state; with the default constant learning rate that is the longer run exactly.
+    extend_count(
+        &cx.root,
+        "grpo",
+        &fp,
+        ("grpo", "iterations"),
+        "train_state",
+        &h,
+        cx.out,
+    )?;
     let (stage, state) = Stage::open(
         &cx.root,
         "grpo",
