@@ -305,3 +305,92 @@ fn implicit_prm_from_the_config_then_curves_with_diffrl_plot() {
     .unwrap_err();
     assert!(e.contains("/nonexistent/metrics.jsonl"), "{e}");
 }
+
+/// Each tensor of a safetensors file by name, as its raw bytes.
+fn tensors(path: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let b = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    let data = &b[8 + n..];
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| {
+            let o = &v["data_offsets"];
+            let (s, e) = (o[0].as_u64().unwrap(), o[1].as_u64().unwrap());
+            (k.clone(), data[s as usize..e as usize].to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn a_frozen_encoder_keeps_its_pretrained_weights_through_a_resume() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(
+        d.path(),
+        "c.toml",
+        // A state MLP, so that the encoder has parameters to keep.
+        "iterations = 3\nfreeze_encoder = true\n[policy.encoder]\nstate_hidden = [8]\nstate_out = 8\n",
+    );
+    let policy = pretrain(d.path(), &cfg, "bc");
+    let out = d.path().join("ft");
+    let so = out.display().to_string();
+    let args = |n: &str| {
+        let mut a = vec!["grpo", "--config", &cfg, "--policy", &policy, "--out", &so];
+        a.extend(["--eval-episodes", "0", "--iterations"]);
+        a.push(n);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| diffrl(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let s = run(args("2")).unwrap();
+    assert!(s.contains("encoder frozen"), "{s}");
+    let mut resumed = args("3");
+    resumed.push("--resume".into());
+    run(resumed).unwrap();
+    let before = tensors(&PathBuf::from(&policy).join("model.safetensors"));
+    let after = tensors(&out.join("policy/model.safetensors"));
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>()
+    );
+    let (mut encoder, mut moved) = (0, 0);
+    for (k, v) in &before {
+        if k.contains(".encoder.") {
+            encoder += 1;
+            assert!(after[k] == *v, "{k}: a frozen encoder parameter changed");
+        } else if after[k] != *v {
+            moved += 1;
+        }
+    }
+    assert!(encoder > 0, "the policy has no encoder parameters to check");
+    assert!(moved > 0, "fine-tuning moved no denoiser parameter");
+    // Without the setting the same run moves the encoder, so the check above can fail.
+    let free = config(
+        d.path(),
+        "free.toml",
+        "iterations = 2\n[policy.encoder]\nstate_hidden = [8]\nstate_out = 8\n",
+    );
+    let out_free = d.path().join("ft-free");
+    let s = diffrl(&[
+        "grpo",
+        "--config",
+        &free,
+        "--policy",
+        &policy,
+        "--out",
+        &out_free.display().to_string(),
+        "--eval-episodes",
+        "0",
+    ])
+    .unwrap();
+    assert!(!s.contains("encoder frozen"), "{s}");
+    let after_free = tensors(&out_free.join("policy/model.safetensors"));
+    assert!(
+        before
+            .iter()
+            .any(|(k, v)| k.contains(".encoder.") && after_free[k] != *v),
+        "fine-tuning without freeze_encoder left the encoder as it was"
+    );
+}

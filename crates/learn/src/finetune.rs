@@ -129,6 +129,12 @@ pub struct GrpoConfig {
     /// (the default; the rollouts' own likelihoods); policies without pixels ignore it.
     #[serde(skip_serializing_if = "is_zero_usize")]
     pub random_shift: usize,
+    /// Keep the observation encoder (state, image and instruction features) at its pretrained
+    /// weights and fine-tune only the denoiser (false, the default: both). Pixel policies'
+    /// encoders then keep the features behaviour cloning learnt, whatever the few rollouts'
+    /// gradients would do to them, and the update skips their backward pass.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub freeze_encoder: bool,
     /// Initial states from a fixed pool: 0 = fresh ones every iteration (the default); N > 0 =
     /// the groups start from N states drawn once from the run's seed, taken in order and
     /// wrapping, so N = `groups` trains on the same starts at every iteration. PPO's
@@ -205,6 +211,7 @@ impl Default for GrpoConfig {
             weight_decay: 0.0,
             ema_decay: 0.0,
             random_shift: 0,
+            freeze_encoder: false,
             start_pool: 0,
             clip_low: 0.01,
             clip_high: 0.01,

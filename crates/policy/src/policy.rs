@@ -697,12 +697,40 @@ impl<B: Backend> ModuleMapper<B> for RequireGrad {
     }
 }
 
+/// Marks every float parameter as frozen.
+struct Freeze;
+
+impl<B: Backend> ModuleMapper<B> for Freeze {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, t, mapper) = param.consume();
+        Param::from_mapped_value(id, t.set_require_grad(false), mapper)
+    }
+}
+
 impl<B: AutodiffBackend> Policy<B> {
     /// A trainable copy of an inference policy (e.g. a loaded checkpoint to fine-tune): same
     /// weights, every parameter tracked by autodiff.
     pub fn trainable(inner: &Policy<B::InnerBackend>) -> Self {
         let model = PolicyModel::<B>::from_inner(inner.model.clone()).map(&mut RequireGrad);
         inner.with_model(model)
+    }
+
+    /// The same trainable policy with its observation encoder (the state, image and
+    /// instruction features that make the denoiser's condition) frozen: its parameters no
+    /// longer take gradients, so fine-tuning moves only the action head, and they stay frozen
+    /// through checkpoints (a loaded record keeps each parameter's setting).
+    pub fn with_frozen_encoder(mut self) -> Self {
+        self.model = match self.model {
+            PolicyModel::Diffusion(mut m) => {
+                m.encoder = m.encoder.map(&mut Freeze);
+                PolicyModel::Diffusion(m)
+            }
+            PolicyModel::Gaussian(mut g) => {
+                g.encoder = g.encoder.map(&mut Freeze);
+                PolicyModel::Gaussian(g)
+            }
+        };
+        self
     }
 
     /// The inference copy (no autodiff graph) of a trainable policy.

@@ -240,14 +240,17 @@ pub fn finetune<B: AutodiffBackend>(
                 reference.chain_len()
             )
         })?;
-    let trainable = Policy::<B>::trainable(&reference);
+    let mut trainable = Policy::<B>::trainable(&reference);
+    if g.freeze_encoder {
+        trainable = trainable.with_frozen_encoder();
+    }
     let n_env = g.groups * g.group_size;
     let mut venv = vec_env(cfg, n_env);
     let reward = crate::commands::reward::reward_module(cfg)?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     writeln!(
         out,
-        "{stage}: {} iterations x {} rollouts ({}); advantages {}; K' = {} of K = {}; reward {} + {} x success{}{}; from {}",
+        "{stage}: {} iterations x {} rollouts ({}); advantages {}; K' = {} of K = {}; reward {} + {} x success{}{}{}; from {}",
         g.iterations,
         n_env,
         match algorithm {
@@ -279,6 +282,11 @@ pub fn finetune<B: AutodiffBackend>(
             "; step rewards from an implicit PRM (trajectory DPO, beta {}, lr {})",
             p.beta, p.lr
         )),
+        if g.freeze_encoder {
+            "; encoder frozen"
+        } else {
+            ""
+        },
         policy_dir.display()
     )?;
     let pb = bar(
