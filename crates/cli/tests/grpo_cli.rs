@@ -153,6 +153,13 @@ fn bad_settings_and_mismatched_checkpoints_are_refused() {
     let kp = config(d.path(), "kp.toml", "ft_denoising_steps = 7\n");
     let e = run(&kp, &policy, &[]).unwrap_err();
     assert!(e.contains("ft_denoising_steps") && e.contains('7'), "{e}");
+    // Freezing FiLM layers the policy does not have (its denoiser has no `film`).
+    let film = config(d.path(), "film.toml", "freeze_film = true\n");
+    let e = run(&film, &policy, &[]).unwrap_err();
+    assert!(
+        e.contains("freeze_film") && e.contains("no FiLM layers") && e.contains(&policy),
+        "{e}"
+    );
     // Refused before the output folder is made (no run so far has made it).
     assert!(!PathBuf::from(&out).exists(), "{out} made by a refused run");
     // No pretrained policy.
@@ -325,14 +332,27 @@ fn tensors(path: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+/// `config` with FiLM in the denoiser's block.
+fn film_config(dir: &Path, name: &str, extra: &str) -> String {
+    let p = config(dir, name, extra);
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(
+        &p,
+        text.replace("blocks = 1\n", "blocks = 1\nfilm = true\n"),
+    )
+    .unwrap();
+    p
+}
+
 #[test]
-fn a_frozen_encoder_keeps_its_pretrained_weights_through_a_resume() {
+fn a_frozen_encoder_and_frozen_film_keep_their_pretrained_weights_through_a_resume() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = config(
+    let cfg = film_config(
         d.path(),
         "c.toml",
         // A state MLP, so that the encoder has parameters to keep.
-        "iterations = 3\nfreeze_encoder = true\n[policy.encoder]\nstate_hidden = [8]\nstate_out = 8\n",
+        "iterations = 3\nfreeze_encoder = true\nfreeze_film = true\n\
+         [policy.encoder]\nstate_hidden = [8]\nstate_out = 8\n",
     );
     let policy = pretrain(d.path(), &cfg, "bc");
     let out = d.path().join("ft");
@@ -345,7 +365,7 @@ fn a_frozen_encoder_keeps_its_pretrained_weights_through_a_resume() {
     };
     let run = |a: Vec<String>| diffrl(&a.iter().map(String::as_str).collect::<Vec<_>>());
     let s = run(args("2")).unwrap();
-    assert!(s.contains("encoder frozen"), "{s}");
+    assert!(s.contains("encoder and FiLM layers frozen"), "{s}");
     let mut resumed = args("3");
     resumed.push("--resume".into());
     run(resumed).unwrap();
@@ -355,19 +375,23 @@ fn a_frozen_encoder_keeps_its_pretrained_weights_through_a_resume() {
         before.keys().collect::<Vec<_>>(),
         after.keys().collect::<Vec<_>>()
     );
-    let (mut encoder, mut moved) = (0, 0);
+    let (mut encoder, mut film, mut moved) = (0, 0, 0);
     for (k, v) in &before {
         if k.contains(".encoder.") {
             encoder += 1;
             assert!(after[k] == *v, "{k}: a frozen encoder parameter changed");
+        } else if k.contains(".film.") {
+            film += 1;
+            assert!(after[k] == *v, "{k}: a frozen FiLM parameter changed");
         } else if after[k] != *v {
             moved += 1;
         }
     }
     assert!(encoder > 0, "the policy has no encoder parameters to check");
+    assert!(film > 0, "the policy has no FiLM parameters to check");
     assert!(moved > 0, "fine-tuning moved no denoiser parameter");
-    // Without the setting the same run moves the encoder, so the check above can fail.
-    let free = config(
+    // Without the settings the same run moves both, so the checks above can fail.
+    let free = film_config(
         d.path(),
         "free.toml",
         "iterations = 2\n[policy.encoder]\nstate_hidden = [8]\nstate_out = 8\n",
@@ -385,12 +409,14 @@ fn a_frozen_encoder_keeps_its_pretrained_weights_through_a_resume() {
         "0",
     ])
     .unwrap();
-    assert!(!s.contains("encoder frozen"), "{s}");
+    assert!(!s.contains("frozen"), "{s}");
     let after_free = tensors(&out_free.join("policy/model.safetensors"));
-    assert!(
-        before
-            .iter()
-            .any(|(k, v)| k.contains(".encoder.") && after_free[k] != *v),
-        "fine-tuning without freeze_encoder left the encoder as it was"
-    );
+    for (part, setting) in [(".encoder.", "freeze_encoder"), (".film.", "freeze_film")] {
+        assert!(
+            before
+                .iter()
+                .any(|(k, v)| k.contains(part) && after_free[k] != *v),
+            "fine-tuning without {setting} left the {part} parameters as they were"
+        );
+    }
 }

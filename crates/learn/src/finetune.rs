@@ -135,6 +135,12 @@ pub struct GrpoConfig {
     /// gradients would do to them, and the update skips their backward pass.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub freeze_encoder: bool,
+    /// Keep the denoiser's FiLM layers (the products by which the condition modulates each
+    /// block) at their pretrained weights (false, the default: fine-tune them). The condition
+    /// then selects the denoiser's features as behaviour cloning taught it, and fine-tuning
+    /// moves only the path those features take. Policies without FiLM layers refuse it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub freeze_film: bool,
     /// Initial states from a fixed pool: 0 = fresh ones every iteration (the default); N > 0 =
     /// the groups start from N states drawn once from the run's seed, taken in order and
     /// wrapping, so N = `groups` trains on the same starts at every iteration. PPO's
@@ -212,6 +218,7 @@ impl Default for GrpoConfig {
             ema_decay: 0.0,
             random_shift: 0,
             freeze_encoder: false,
+            freeze_film: false,
             start_pool: 0,
             clip_low: 0.01,
             clip_high: 0.01,

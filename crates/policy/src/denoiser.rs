@@ -7,7 +7,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 use crate::config::{Activation, DenoiserConfig, DenoiserKind};
-use crate::nn::{StepEmbedding, activate};
+use crate::nn::{Freeze, StepEmbedding, activate};
 use crate::planner::{AgentLayout, JointPlanner};
 use crate::unet::UNet1d;
 
@@ -87,6 +87,15 @@ impl<B: Backend> ResidualMlp<B> {
     }
 }
 
+impl<B: Backend> ResidualMlp<B> {
+    /// The same denoiser with its FiLM layers frozen, and how many there are.
+    fn with_frozen_film(mut self) -> (Self, usize) {
+        let n = self.film.len();
+        self.film = self.film.into_iter().map(|l| l.map(&mut Freeze)).collect();
+        (self, n)
+    }
+}
+
 /// One of the denoiser architectures (Burn modules cannot be boxed, so variants differ in size).
 #[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
@@ -97,6 +106,25 @@ pub enum Denoiser<B: Backend> {
     Unet(UNet1d<B>),
     /// Joint multi-agent planner.
     Joint(JointPlanner<B>),
+}
+
+impl<B: Backend> Denoiser<B> {
+    /// The same denoiser with every FiLM layer frozen (the residual MLP's with `film`, each
+    /// U-Net block's), and how many were frozen (0 for the joint planner and an MLP without
+    /// FiLM).
+    pub fn with_frozen_film(self) -> (Self, usize) {
+        match self {
+            Self::Mlp(m) => {
+                let (m, n) = m.with_frozen_film();
+                (Self::Mlp(m), n)
+            }
+            Self::Unet(u) => {
+                let (u, n) = u.with_frozen_film();
+                (Self::Unet(u), n)
+            }
+            joint @ Self::Joint(_) => (joint, 0),
+        }
+    }
 }
 
 impl<B: Backend> Denoiser<B> {

@@ -1,7 +1,7 @@
 //! Small building blocks shared by the networks: activations, sinusoidal step embeddings,
 //! MLPs.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleMapper, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation;
 use burn::tensor::backend::Backend;
@@ -96,6 +96,16 @@ impl<B: Backend> StepEmbedding<B> {
     /// Output width.
     pub fn dim(&self) -> usize {
         self.dim
+    }
+}
+
+/// Marks every float parameter of a module as frozen (no gradient, so no update).
+pub(crate) struct Freeze;
+
+impl<B: Backend> ModuleMapper<B> for Freeze {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, t, mapper) = param.consume();
+        Param::from_mapped_value(id, t.set_require_grad(false), mapper)
     }
 }
 

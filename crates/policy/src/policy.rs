@@ -15,6 +15,7 @@ use crate::diffusion::{ChainSample, DiffusionModel, DiffusionProcess, Noise, Sam
 use crate::encoder::ObsTensors;
 use crate::error::PolicyError;
 use crate::gaussian::GaussianModel;
+use crate::nn::Freeze;
 use crate::planner::AgentLayout;
 use crate::text_encoder::TextTokens;
 use crate::tokenizer::{Strictness, Tokenizer, Tokens, Vocabulary};
@@ -697,16 +698,6 @@ impl<B: Backend> ModuleMapper<B> for RequireGrad {
     }
 }
 
-/// Marks every float parameter as frozen.
-struct Freeze;
-
-impl<B: Backend> ModuleMapper<B> for Freeze {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, t, mapper) = param.consume();
-        Param::from_mapped_value(id, t.set_require_grad(false), mapper)
-    }
-}
-
 impl<B: AutodiffBackend> Policy<B> {
     /// A trainable copy of an inference policy (e.g. a loaded checkpoint to fine-tune): same
     /// weights, every parameter tracked by autodiff.
@@ -731,6 +722,25 @@ impl<B: AutodiffBackend> Policy<B> {
             }
         };
         self
+    }
+
+    /// The same trainable policy with the denoiser's FiLM layers (the products by which the
+    /// condition modulates each block: `[policy.denoiser] film = true`, and every U-Net
+    /// block) frozen, and the number of layers frozen: 0 where the policy has none (the CLI
+    /// then refuses the setting). Fine-tuning then moves the denoiser's own path while the
+    /// way the condition switches its features stays as behaviour cloning left it.
+    pub fn with_frozen_film(mut self) -> (Self, usize) {
+        let mut frozen = 0;
+        self.model = match self.model {
+            PolicyModel::Diffusion(mut m) => {
+                let (denoiser, n) = m.denoiser.with_frozen_film();
+                m.denoiser = denoiser;
+                frozen = n;
+                PolicyModel::Diffusion(m)
+            }
+            gaussian @ PolicyModel::Gaussian(_) => gaussian,
+        };
+        (self, frozen)
     }
 
     /// The inference copy (no autodiff graph) of a trainable policy.

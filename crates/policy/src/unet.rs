@@ -35,7 +35,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 use crate::config::{Activation, DenoiserConfig};
-use crate::nn::{StepEmbedding, activate};
+use crate::nn::{Freeze, StepEmbedding, activate};
 
 /// Conv1d(k, padding k/2) -> GroupNorm -> activation, over [B, C, T] (length preserved for
 /// odd k).
@@ -170,7 +170,38 @@ pub struct UNet1d<B: Backend> {
     cond_dim: usize,
 }
 
+impl<B: Backend> ConditionalResidualBlock1d<B> {
+    /// The same block with its FiLM layer frozen.
+    fn with_frozen_film(mut self) -> Self {
+        self.film = self.film.map(&mut Freeze);
+        self
+    }
+}
+
 impl<B: Backend> UNet1d<B> {
+    /// The same U-Net with every block's FiLM layer frozen, and how many blocks there are.
+    pub fn with_frozen_film(mut self) -> (Self, usize) {
+        let n = 2 * (self.down.len() + self.up.len()) + self.mid.len();
+        self.down = (self.down.into_iter())
+            .map(|l| DownLevel {
+                res1: l.res1.with_frozen_film(),
+                res2: l.res2.with_frozen_film(),
+                downsample: l.downsample,
+            })
+            .collect();
+        self.mid = (self.mid.into_iter())
+            .map(ConditionalResidualBlock1d::with_frozen_film)
+            .collect();
+        self.up = (self.up.into_iter())
+            .map(|l| UpLevel {
+                res1: l.res1.with_frozen_film(),
+                res2: l.res2.with_frozen_film(),
+                upsample: l.upsample,
+            })
+            .collect();
+        (self, n)
+    }
+
     /// A denoiser for chunks with `action_dim` channels conditioned on `cond_dim` features.
     ///
     /// # Panics

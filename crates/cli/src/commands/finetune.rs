@@ -244,6 +244,18 @@ pub fn finetune<B: AutodiffBackend>(
     if g.freeze_encoder {
         trainable = trainable.with_frozen_encoder();
     }
+    if g.freeze_film {
+        let (frozen, layers) = trainable.with_frozen_film();
+        if layers == 0 {
+            bail!(
+                "[grpo] freeze_film = true, but the policy {} has no FiLM layers to freeze \
+                 (its denoiser is a residual MLP without `[policy.denoiser] film = true`, or \
+                 a joint planner)",
+                policy_dir.display()
+            );
+        }
+        trainable = frozen;
+    }
     let n_env = g.groups * g.group_size;
     let mut venv = vec_env(cfg, n_env);
     let reward = crate::commands::reward::reward_module(cfg)?;
@@ -282,10 +294,11 @@ pub fn finetune<B: AutodiffBackend>(
             "; step rewards from an implicit PRM (trajectory DPO, beta {}, lr {})",
             p.beta, p.lr
         )),
-        if g.freeze_encoder {
-            "; encoder frozen"
-        } else {
-            ""
+        match (g.freeze_encoder, g.freeze_film) {
+            (false, false) => "",
+            (true, false) => "; encoder frozen",
+            (false, true) => "; FiLM layers frozen",
+            (true, true) => "; encoder and FiLM layers frozen",
         },
         policy_dir.display()
     )?;
