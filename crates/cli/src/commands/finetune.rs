@@ -249,8 +249,8 @@ pub fn finetune<B: AutodiffBackend>(
         if layers == 0 {
             bail!(
                 "[grpo] freeze_film = true, but the policy {} has no FiLM layers to freeze \
-                 (its denoiser is a residual MLP without `[policy.denoiser] film = true`, or \
-                 a joint planner)",
+                 (a residual MLP denoiser without `[policy.denoiser] film = true`, a joint \
+                 planner, or a Gaussian policy)",
                 policy_dir.display()
             );
         }
