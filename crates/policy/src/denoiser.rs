@@ -85,9 +85,7 @@ impl<B: Backend> ResidualMlp<B> {
             .forward(activate(self.act, h))
             .reshape([b, tp, da])
     }
-}
 
-impl<B: Backend> ResidualMlp<B> {
     /// The same denoiser with its FiLM layers frozen, and how many there are.
     fn with_frozen_film(mut self) -> (Self, usize) {
         let n = self.film.len();
@@ -125,9 +123,7 @@ impl<B: Backend> Denoiser<B> {
             joint @ Self::Joint(_) => (joint, 0),
         }
     }
-}
 
-impl<B: Backend> Denoiser<B> {
     /// Builds the configured architecture; the joint planner reads the agents' `layout`.
     pub fn new(
         pred_horizon: usize,
