@@ -730,16 +730,15 @@ impl<B: AutodiffBackend> Policy<B> {
     /// then refuses the setting). Fine-tuning then moves the denoiser's own path while the
     /// way the condition switches its features stays as behaviour cloning left it.
     pub fn with_frozen_film(mut self) -> (Self, usize) {
-        let mut frozen = 0;
-        self.model = match self.model {
+        let (model, frozen) = match self.model {
             PolicyModel::Diffusion(mut m) => {
                 let (denoiser, n) = m.denoiser.with_frozen_film();
                 m.denoiser = denoiser;
-                frozen = n;
-                PolicyModel::Diffusion(m)
+                (PolicyModel::Diffusion(m), n)
             }
-            gaussian @ PolicyModel::Gaussian(_) => gaussian,
+            gaussian @ PolicyModel::Gaussian(_) => (gaussian, 0),
         };
+        self.model = model;
         (self, frozen)
     }
 
