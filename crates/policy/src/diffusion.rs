@@ -166,6 +166,7 @@ impl DiffusionProcess {
         let target = match self.cfg.prediction {
             Prediction::Epsilon => eps.clone(),
             Prediction::Sample => actions.clone(),
+            Prediction::VPrediction => eps.clone() * sa.clone() - actions.clone() * s1a.clone(),
         };
         let x_t = actions * sa + eps * s1a;
         let t_f = Tensor::<B, 1>::from_data(
@@ -296,6 +297,9 @@ impl DiffusionProcess {
                 (x.clone() - out * c3(&|c| c.sqrt_one_minus_abar)) / c3(&|c| c.sqrt_abar)
             }
             Prediction::Sample => out,
+            Prediction::VPrediction => {
+                x.clone() * c3(&|c| c.sqrt_abar) - out * c3(&|c| c.sqrt_one_minus_abar)
+            }
         }
         .clamp(-clip, clip);
         let mu = x0 * c3(&|c| c.c_x0) + x * c3(&|c| c.c_xt);
@@ -315,6 +319,7 @@ impl DiffusionProcess {
         let x0 = match self.cfg.prediction {
             Prediction::Epsilon => (x.clone() - out * c.sqrt_one_minus_abar) / c.sqrt_abar,
             Prediction::Sample => out,
+            Prediction::VPrediction => x.clone() * c.sqrt_abar - out * c.sqrt_one_minus_abar,
         }
         .clamp(-clip, clip);
         x0 * c.c_x0 + x * c.c_xt

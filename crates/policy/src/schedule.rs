@@ -110,6 +110,10 @@ pub enum Prediction {
     Epsilon,
     /// The clean action chunk itself: x0_hat = out; the loss is on the chunk.
     Sample,
+    /// The velocity v = sqrt(abar) eps - sqrt(1 - abar) x0 (Salimans & Ho 2022; diffusers'
+    /// "v_prediction"): x0_hat = sqrt(abar) x - sqrt(1 - abar) out; the loss is on v.
+    #[serde(rename = "v_prediction")]
+    VPrediction,
 }
 
 impl Prediction {
@@ -123,7 +127,7 @@ impl Prediction {
 ///
 /// With eps the network output (epsilon prediction):
 /// x0_hat = clamp((x - sqrt(1 - abar) eps) / sqrt(abar), -c, c) (sample prediction:
-/// x0_hat = clamp(out, -c, c)) and
+/// x0_hat = clamp(out, -c, c); v prediction: clamp(sqrt(abar) x - sqrt(1 - abar) out, -c, c)) and
 /// mu = c_x0 * x0_hat + c_xt * x. sigma is the kernel's own standard deviation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepCoeffs {

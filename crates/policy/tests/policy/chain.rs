@@ -51,8 +51,16 @@ fn step_logp_is_the_closed_form_gaussian() {
     }
 }
 
+/// Every denoiser target the chain supports.
+const PREDICTIONS: [Prediction; 3] = [
+    Prediction::Epsilon,
+    Prediction::Sample,
+    Prediction::VPrediction,
+];
+
 /// Reference DDIM step written from docs/algorithms.md §1 directly, in f64; `out` is the
-/// network's output, the noise or (sample prediction) the clean chunk.
+/// network's output, the noise, (sample prediction) the clean chunk or (v prediction) the
+/// velocity.
 fn reference_mean(
     x: &[f32],
     out: &[f32],
@@ -70,6 +78,7 @@ fn reference_mean(
             let x0 = match prediction {
                 Prediction::Epsilon => (x - (1.0 - a).sqrt() * o) / a.sqrt(),
                 Prediction::Sample => o,
+                Prediction::VPrediction => a.sqrt() * x - (1.0 - a).sqrt() * o,
             }
             .clamp(-1.0, 1.0);
             let e2 = (x - a.sqrt() * x0) / (1.0 - a).sqrt();
@@ -153,7 +162,7 @@ fn replay(mode: SampleMode, eta: f64, prediction: Prediction, floor: f64) -> (f6
 
 #[test]
 fn deterministic_chain_is_ddim_eta_zero() {
-    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+    for prediction in PREDICTIONS {
         let (dmu, dlp, _) = replay(SampleMode::Deterministic, 0.0, prediction, 0.1);
         assert!(
             dmu < 1e-5,
@@ -165,7 +174,7 @@ fn deterministic_chain_is_ddim_eta_zero() {
 
 #[test]
 fn stochastic_chain_log_probs_match_the_closed_form() {
-    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+    for prediction in PREDICTIONS {
         let (_, dlp, _) = replay(SampleMode::Stochastic, 1.0, prediction, 0.1);
         assert!(dlp < 1e-5, "{prediction:?}: log-probs deviate by {dlp}");
     }
@@ -176,7 +185,7 @@ fn stochastic_chain_log_probs_match_the_closed_form() {
 /// (and its gradient) instead of all reading 2.
 #[test]
 fn the_clamp_never_cuts_below_the_peak_density_at_the_floor() {
-    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+    for prediction in PREDICTIONS {
         let (_, dlp, dlp_cut) = replay(SampleMode::Stochastic, 1.0, prediction, 0.03);
         assert!(dlp < 1e-5, "{prediction:?}: log-probs deviate by {dlp}");
         assert!(
@@ -384,7 +393,7 @@ fn pixel_policies_take_images() {
 
 #[test]
 fn pair_log_probs_equal_the_chain_log_probs() {
-    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+    for prediction in PREDICTIONS {
         pair_log_probs_match(prediction);
     }
 }
@@ -442,13 +451,14 @@ fn pair_log_probs_match(prediction: Prediction) {
     }
 }
 
-/// The BC loss regresses the noise (epsilon prediction) or the clean chunk (sample
-/// prediction) at the drawn timesteps: recomputed here from the same random stream.
+/// The BC loss regresses the noise (epsilon prediction), the clean chunk (sample prediction)
+/// or the velocity sqrt(abar) eps - sqrt(1 - abar) x0 (v prediction) at the drawn timesteps:
+/// recomputed here from the same random stream.
 #[test]
-fn bc_loss_regresses_the_noise_or_the_chunk() {
+fn bc_loss_regresses_the_noise_the_chunk_or_the_velocity() {
     use rand::Rng as _;
     let device = Default::default();
-    for prediction in [Prediction::Epsilon, Prediction::Sample] {
+    for prediction in PREDICTIONS {
         let mut cfg = tiny_config(5);
         cfg.diffusion.prediction = prediction;
         let policy = Policy::<B>::new(cfg.clone(), spec(), norm(), 7, &device).unwrap();
@@ -487,9 +497,16 @@ fn bc_loss_regresses_the_noise_or_the_chunk() {
             ),
             model.encoder.forward(&obs_t),
         ));
+        let v: Vec<f32> = (0..24)
+            .map(|i| {
+                let a = sched.abar(t[i / 8] as i64);
+                (a.sqrt() * f64::from(eps[i]) - (1.0 - a).sqrt() * f64::from(data[i])) as f32
+            })
+            .collect();
         let target = match prediction {
             Prediction::Epsilon => &eps,
             Prediction::Sample => &data,
+            Prediction::VPrediction => &v,
         };
         let want = out
             .iter()
