@@ -367,9 +367,9 @@ pub struct DiffusionConfig {
     pub noise_clip: f64,
     /// K': the last K' denoising steps use the trainable network (0 = all K).
     pub ft_denoising_steps: usize,
-    /// What the denoiser predicts: `"epsilon"` (the noise, Diffusion Policy's default) or
-    /// `"sample"` (the clean chunk; docs/policy.md, "FiLM in the residual MLP, and what the
-    /// denoiser predicts"). Left out of a
+    /// What the denoiser predicts: `"epsilon"` (the noise, Diffusion Policy's default),
+    /// `"sample"` (the clean chunk) or `"v_prediction"` (the velocity; docs/policy.md, "FiLM in
+    /// the residual MLP, and what the denoiser predicts"). Left out of a
     /// serialised config while `"epsilon"`, so earlier checkpoints read as before.
     #[serde(skip_serializing_if = "Prediction::is_epsilon")]
     pub prediction: Prediction,

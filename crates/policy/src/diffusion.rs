@@ -140,7 +140,8 @@ impl DiffusionProcess {
     }
 
     /// Behaviour-cloning loss: mean squared error of the predicted noise (or, with sample
-    /// prediction, of the predicted chunk) at uniformly drawn timesteps (docs/algorithms.md
+    /// prediction, of the predicted chunk; with v prediction, of the predicted velocity
+    /// sqrt(abar) eps - sqrt(1 - abar) x0) at uniformly drawn timesteps (docs/algorithms.md
     /// §1). `actions`: [B, Tp, Da] normalised. With `aux` = (privileged values [B, A],
     /// weight) and an encoder that has an auxiliary head, adds weight x the head's mean squared
     /// error on them.
@@ -312,8 +313,8 @@ impl DiffusionProcess {
             .reshape([n])
     }
 
-    /// mu = c_x0 * clamp(x0_hat) + c_xt * x, x0_hat from the network output `out` (the noise
-    /// or the chunk, `[policy.diffusion] prediction`).
+    /// mu = c_x0 * clamp(x0_hat) + c_xt * x, x0_hat from the network output `out` (the noise,
+    /// the chunk or the velocity, `[policy.diffusion] prediction`).
     fn mean<B: Backend>(&self, x: Tensor<B, 3>, out: Tensor<B, 3>, c: &StepCoeffs) -> Tensor<B, 3> {
         let clip = self.cfg.clip_x0;
         let x0 = match self.cfg.prediction {
