@@ -73,6 +73,28 @@ impl DynamicSamplingBy {
     }
 }
 
+/// How the surrogate weighs the chain steps of one decision (`[grpo] step_weights`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepWeights {
+    /// Every fine-tuned step carries the decision's advantage (times `denoise_gamma`'s
+    /// discount).
+    #[default]
+    Uniform,
+    /// Step k's advantage is also scaled by the noise target's output gain over the
+    /// denoiser's (`DiffusionProcess::epsilon_gain_ratio`), normalised to mean 1 over the
+    /// fine-tuned steps: a network that predicts the chunk or the velocity then spreads its
+    /// policy gradient over the chain as a noise-predicting one does. 1 for every step of a
+    /// noise-predicting policy and of a Gaussian one.
+    Epsilon,
+}
+
+impl StepWeights {
+    fn is_uniform(&self) -> bool {
+        *self == Self::Uniform
+    }
+}
+
 /// Fine-tuning settings (`[grpo]` in a run config; `diffrl ppo` reads the same table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -156,6 +178,9 @@ pub struct GrpoConfig {
     /// Denoising discount: fine-tuned step i of K' has its advantage scaled by
     /// gamma^(K' - i - 1).
     pub denoise_gamma: f64,
+    /// How the chain steps of a decision share its advantage (docs/algorithms.md §3).
+    #[serde(skip_serializing_if = "StepWeights::is_uniform")]
+    pub step_weights: StepWeights,
     /// Global gradient-norm clip (0 = off).
     pub grad_clip: f64,
     /// Stop the epochs of an iteration once the approximate KL exceeds this (0 = off).
@@ -224,6 +249,7 @@ impl Default for GrpoConfig {
             clip_high: 0.01,
             beta: 0.0,
             denoise_gamma: 1.0,
+            step_weights: StepWeights::Uniform,
             grad_clip: 1.0,
             target_kl: 0.0,
             advantage: AdvantageConfig::default(),

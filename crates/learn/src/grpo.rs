@@ -25,7 +25,7 @@ use crate::advantages::{
 };
 use crate::batch::{Batch, Round, collect_round};
 pub use crate::finetune::{
-    Algorithm, DynamicSamplingBy, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome, NoHooks,
+    Algorithm, DynamicSamplingBy, GrpoConfig, GrpoHooks, GrpoLog, GrpoOutcome, NoHooks, StepWeights,
 };
 pub use crate::ppo::{Critic, CriticInput, PpoConfig};
 use crate::rollout::GroupRollout;

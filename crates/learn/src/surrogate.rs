@@ -10,12 +10,12 @@ use burn::tensor::{ElementConversion, Tensor, TensorData};
 use diffrl_core::episode::Episode;
 use diffrl_core::seeding::rng;
 use diffrl_policy::encoder::ObsTensors;
-use diffrl_policy::{ObsBatch, Policy};
+use diffrl_policy::{DiffusionProcess, ObsBatch, Policy};
 use rand::seq::SliceRandom;
 
 use crate::LearnError;
 use crate::data::random_shift_frames;
-use crate::finetune::GrpoConfig;
+use crate::finetune::{GrpoConfig, StepWeights};
 use crate::optim::{clip_factor, grad_norm, lr_at};
 use crate::parallel::sharded_grads_with;
 use crate::rollout::GroupRollout;
@@ -33,8 +33,9 @@ pub(crate) struct Pair {
 }
 
 /// The pairs of a batch: every fine-tuned chain step k in [K - K', K) of every decision j of
-/// rollout i, with advantage A_{i,j} * denoise_gamma^(K - 1 - k), the behaviour policy's
-/// log-prob from the rollout and, when beta > 0, the reference policy's.
+/// rollout i, with advantage A_{i,j} * denoise_gamma^(K - 1 - k) * w_k (w_k = 1, or with
+/// `step_weights = "epsilon"` [`step_weights`]), the behaviour policy's log-prob from the
+/// rollout and, when beta > 0, the reference policy's.
 pub(crate) fn chain_pairs<B: AutodiffBackend>(
     run: &Session<'_, B>,
     kept: &[GroupRollout],
@@ -44,6 +45,7 @@ pub(crate) fn chain_pairs<B: AutodiffBackend>(
     let k = run.policy.chain_len();
     let ft = run.policy.process().map_or(1, |p| p.ft_steps());
     let first_ft = k - ft;
+    let weights = step_weights(run.policy.process(), cfg.step_weights, k, first_ft);
     let mut pairs = Vec::new();
     for (ri, r) in kept.iter().enumerate() {
         for (di, d) in r.decisions.iter().enumerate() {
@@ -53,7 +55,7 @@ pub(crate) fn chain_pairs<B: AutodiffBackend>(
                     rollout: ri,
                     decision: di,
                     step,
-                    advantage: (advantages[ri][di] * discount) as f32,
+                    advantage: (advantages[ri][di] * discount * weights[step - first_ft]) as f32,
                     old: d.logp[step],
                     reference: 0.0,
                 });
@@ -72,6 +74,26 @@ pub(crate) fn chain_pairs<B: AutodiffBackend>(
         }
     }
     Ok(pairs)
+}
+
+/// The weight w_k of each fine-tuned chain step k in [first_ft, k_len): 1, or with
+/// [`StepWeights::Epsilon`] the process's `epsilon_gain_ratio(k)` divided by its mean over
+/// those steps (a process-free policy, the Gaussian one, gets 1).
+pub(crate) fn step_weights(
+    process: Option<&DiffusionProcess>,
+    mode: StepWeights,
+    k_len: usize,
+    first_ft: usize,
+) -> Vec<f64> {
+    let n = k_len - first_ft;
+    match (mode, process) {
+        (StepWeights::Epsilon, Some(p)) => {
+            let raw: Vec<f64> = (first_ft..k_len).map(|k| p.epsilon_gain_ratio(k)).collect();
+            let mean = raw.iter().sum::<f64>() / n as f64;
+            raw.iter().map(|w| w / mean).collect()
+        }
+        _ => vec![1.0; n],
+    }
 }
 
 /// The update's batch and pairs. Without `[grpo] random_shift` (or without frames) they are
@@ -443,4 +465,55 @@ pub(crate) fn to_vec<B: Backend>(t: Tensor<B, 1>) -> Result<Vec<f32>, LearnError
         .convert::<f32>()
         .into_vec()
         .map_err(|e| LearnError::Data(format!("reading a tensor back: {e:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use diffrl_policy::config::DiffusionConfig;
+    use diffrl_policy::schedule::Prediction;
+
+    use super::*;
+
+    fn process(prediction: Prediction) -> DiffusionProcess {
+        let cfg = DiffusionConfig {
+            prediction,
+            ..DiffusionConfig::default()
+        };
+        DiffusionProcess::new(&cfg, 4)
+    }
+
+    #[test]
+    fn epsilon_step_weights_give_each_target_the_noise_targets_gradient_scale() {
+        let k = process(Prediction::Epsilon).steps();
+        // Uniform weights, and epsilon weights of a noise-predicting or process-free policy, are 1.
+        for (p, mode) in [
+            (Some(process(Prediction::Sample)), StepWeights::Uniform),
+            (Some(process(Prediction::Epsilon)), StepWeights::Epsilon),
+            (None, StepWeights::Epsilon),
+        ] {
+            assert_eq!(step_weights(p.as_ref(), mode, k, 0), vec![1.0; k]);
+        }
+        for prediction in [Prediction::Sample, Prediction::VPrediction] {
+            let p = process(prediction);
+            for first in [0, k - 3] {
+                let w = step_weights(Some(&p), StepWeights::Epsilon, k, first);
+                assert_eq!(w.len(), k - first);
+                let mean = w.iter().sum::<f64>() / w.len() as f64;
+                assert!((mean - 1.0).abs() < 1e-12, "{prediction:?}: mean {mean}");
+                // w_k / w_j = (eps gain / own gain at k) / (the same at j), so the weighted
+                // gains of any two steps stand as the noise target's gains do.
+                let eps = process(Prediction::Epsilon);
+                for (i, j) in [(first, k - 1), (first, first + 1)] {
+                    let got = (w[i - first] * p.output_gain(i)) / (w[j - first] * p.output_gain(j));
+                    let want = eps.output_gain(i) / eps.output_gain(j);
+                    assert!(
+                        (got / want - 1.0).abs() < 1e-9,
+                        "{prediction:?} {i}/{j}: {got} vs {want}"
+                    );
+                }
+                // The noisiest steps weigh more: the noise target amplifies their output most.
+                assert!(w[0] > w[w.len() - 1], "{prediction:?}: {w:?}");
+            }
+        }
+    }
 }

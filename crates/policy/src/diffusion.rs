@@ -134,6 +134,31 @@ impl DiffusionProcess {
         &self.rollout
     }
 
+    /// How far one unit of the denoiser's output moves the clean-chunk estimate x0_hat at
+    /// rollout chain step `k` (noisiest first), before the clamp: sqrt(1 - abar) / sqrt(abar)
+    /// for the noise, 1 for the chunk, sqrt(1 - abar) for the velocity. Every step's
+    /// log-likelihood gradient with respect to the weights passes through this factor.
+    pub fn output_gain(&self, k: usize) -> f64 {
+        let c = &self.rollout[k];
+        match self.cfg.prediction {
+            Prediction::Epsilon => c.sqrt_one_minus_abar / c.sqrt_abar,
+            Prediction::Sample => 1.0,
+            Prediction::VPrediction => c.sqrt_one_minus_abar,
+        }
+    }
+
+    /// The factor that gives chain step `k`'s log-likelihood gradient the weight it would
+    /// have under the noise target: the noise target's [`Self::output_gain`] over this
+    /// process's (1 for every step of a noise-predicting process).
+    pub fn epsilon_gain_ratio(&self, k: usize) -> f64 {
+        let c = &self.rollout[k];
+        match self.cfg.prediction {
+            Prediction::Epsilon => 1.0,
+            Prediction::Sample => c.sqrt_one_minus_abar / c.sqrt_abar,
+            Prediction::VPrediction => 1.0 / c.sqrt_abar,
+        }
+    }
+
     /// Standard deviation used for likelihoods at a step.
     fn logprob_std(&self, c: &StepCoeffs) -> f64 {
         c.sigma.max(self.cfg.min_logprob_std)
