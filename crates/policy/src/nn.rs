@@ -20,8 +20,14 @@ pub fn activate<B: Backend, const D: usize>(act: Activation, x: Tensor<B, D>) ->
 
 /// Mish, x * tanh(softplus(x)), with one transcendental instead of three:
 /// tanh(ln(1 + e^x)) = n / (n + 2) with n = e^x (e^x + 2). The exponent is capped at 20, where
-/// n / (n + 2) = 1 in f32, so large inputs cannot overflow.
+/// n / (n + 2) = 1 in f32, so large inputs cannot overflow. On the CPU backend one pass over the
+/// elements computes [`mish_composed`]'s values and gradients bit for bit (`crate::fused`).
 pub fn mish<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    crate::fused::mish(x).unwrap_or_else(mish_composed)
+}
+
+/// [`mish`] composed of tensor operations: what every backend but the CPU one runs.
+pub fn mish_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let e = x.clone().clamp_max(20.0).exp();
     let n = e.clone() * (e + 2.0);
     x * n.clone() / (n + 2.0)
@@ -112,6 +118,101 @@ impl<B: Backend> ModuleMapper<B> for Freeze {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Inputs over the range a network sees, the cap at 20 and beyond, signed zeros and
+    /// tiny values.
+    fn probe_inputs() -> Vec<f32> {
+        let mut xs: Vec<f32> = (-4000..=4000).map(|i| i as f32 * 0.00731).collect();
+        xs.extend([
+            -90.0, -40.0, -1e-30, -0.0, 0.0, 1e-30, 19.999, 20.0, 20.001, 25.0, 90.0, 1e30,
+        ]);
+        xs
+    }
+
+    fn bits(t: Vec<f32>) -> Vec<u32> {
+        t.iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn one_pass_mish_gives_the_composed_values_bit_for_bit() {
+        type B = burn::backend::Flex;
+        let xs = probe_inputs();
+        let t = || {
+            Tensor::<B, 2>::from_data(
+                TensorData::new(xs.clone(), [1, xs.len()]),
+                &Default::default(),
+            )
+        };
+        let fused: Vec<f32> = mish(t()).into_data().into_vec().unwrap();
+        let composed: Vec<f32> = mish_composed(t()).into_data().into_vec().unwrap();
+        assert_eq!(bits(fused), bits(composed));
+        // A transposed (non-contiguous) input is read in its logical order.
+        let m = Tensor::<B, 2>::from_data(
+            TensorData::new(xs[..6000].to_vec(), [60, 100]),
+            &Default::default(),
+        );
+        let fused: Vec<f32> = mish(m.clone().transpose()).into_data().into_vec().unwrap();
+        let composed: Vec<f32> = mish_composed(m.transpose()).into_data().into_vec().unwrap();
+        assert_eq!(bits(fused), bits(composed));
+    }
+
+    /// Gradients at x and at w of sum(y w + y y) (+ `branch` sum(sin h)), y = act(h), h = 1.5 x.
+    fn grads_of(
+        act: fn(Tensor<Ad, 1>) -> Tensor<Ad, 1>,
+        xs: &[f32],
+        branch: f32,
+    ) -> (Vec<f32>, Vec<u32>) {
+        let n = xs.len();
+        let device = Default::default();
+        let w: Vec<f32> = (0..n).map(|i| ((i % 13) as f32 - 6.0) * 0.37).collect();
+        let w = Tensor::<Ad, 1>::from_data(TensorData::new(w, [n]), &device).require_grad();
+        let x =
+            Tensor::<Ad, 1>::from_data(TensorData::new(xs.to_vec(), [n]), &device).require_grad();
+        let h = x.clone() * 1.5;
+        let y = act(h.clone());
+        let mut loss = (y.clone() * w.clone() + y.clone() * y).sum();
+        if branch != 0.0 {
+            loss = loss + (h.sin() * branch).sum();
+        }
+        let g = loss.backward();
+        let gx: Vec<f32> = x.grad(&g).unwrap().into_data().into_vec().unwrap();
+        let gw: Vec<f32> = w.grad(&g).unwrap().into_data().into_vec().unwrap();
+        (gx, bits(gw))
+    }
+
+    type Ad = burn::backend::Autodiff<burn::backend::Flex>;
+
+    /// The gradients through the one-pass node equal those through the composed graph bit for
+    /// bit when the activation's input feeds nothing else (a layer's output, as in every
+    /// network here; the output may be used many times). When the input feeds another branch
+    /// too, the composed graph sums three gradients there in its own order and the one-pass
+    /// node two, so they agree up to that rounding.
+    #[test]
+    fn one_pass_mish_gives_the_composed_gradients_bit_for_bit() {
+        let xs = probe_inputs();
+        let (fx, fw) = grads_of(mish, &xs, 0.0);
+        let (cx, cw) = grads_of(mish_composed, &xs, 0.0);
+        assert_eq!(fw, cw);
+        for (i, (f, c)) in fx.iter().zip(&cx).enumerate() {
+            assert_eq!(f.to_bits(), c.to_bits(), "x = {}: {f} against {c}", xs[i]);
+        }
+        let (fx, fw) = grads_of(mish, &xs, 0.25);
+        let (cx, cw) = grads_of(mish_composed, &xs, 0.25);
+        assert_eq!(fw, cw);
+        for (i, (f, c)) in fx.iter().zip(&cx).enumerate() {
+            assert!(
+                f == c || (f - c).abs() <= 1e-6 * c.abs().max(1.0),
+                "x = {}: {f} against {c}",
+                xs[i]
+            );
+        }
+        // Without a gradient to track, the node computes the values alone.
+        let n = xs.len();
+        let x = Tensor::<Ad, 1>::from_data(TensorData::new(xs, [n]), &Default::default());
+        let got: Vec<f32> = mish(x.clone()).into_data().into_vec().unwrap();
+        let want: Vec<f32> = mish_composed(x).into_data().into_vec().unwrap();
+        assert_eq!(bits(got), bits(want));
+    }
 
     #[test]
     fn fast_mish_equals_the_definition() {
