@@ -33,6 +33,13 @@ pub fn mish_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D
     x * n.clone() / (n + 2.0)
 }
 
+/// GELU, x Phi(x) with the exact normal CDF (Burn's `activation::gelu`): on the CPU backend its
+/// forward pass keeps erf for the backward pass, bit for bit Burn's values and gradients
+/// (`crate::fused`).
+pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    crate::fused::gelu(x).unwrap_or_else(activation::gelu)
+}
+
 /// Sinusoidal embedding of (float) timesteps, [B] -> [B, dim]: the first half sin, the second
 /// half cos, frequencies exp(-ln(10000) i / (dim/2 - 1)) (Diffusion Policy's SinusoidalPosEmb).
 pub fn sinusoidal_embedding<B: Backend>(t: Tensor<B, 1>, dim: usize) -> Tensor<B, 2> {
@@ -131,6 +138,23 @@ mod tests {
 
     fn bits(t: Vec<f32>) -> Vec<u32> {
         t.iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn one_pass_gelu_gives_burns_values_and_gradients_bit_for_bit() {
+        type B = burn::backend::Flex;
+        let xs = probe_inputs();
+        let n = xs.len();
+        let t = || Tensor::<B, 1>::from_data(TensorData::new(xs.clone(), [n]), &Default::default());
+        let fused: Vec<f32> = gelu(t()).into_data().into_vec().unwrap();
+        let burns: Vec<f32> = activation::gelu(t()).into_data().into_vec().unwrap();
+        assert_eq!(bits(fused), bits(burns));
+        let (fx, fw) = grads_of(gelu, &xs, 0.0);
+        let (cx, cw) = grads_of(activation::gelu, &xs, 0.0);
+        assert_eq!(fw, cw);
+        for (i, (f, c)) in fx.iter().zip(&cx).enumerate() {
+            assert_eq!(f.to_bits(), c.to_bits(), "x = {}: {f} against {c}", xs[i]);
+        }
     }
 
     #[test]

@@ -37,6 +37,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData, activation};
 
 use crate::config::{ImageEncoderConfig, ImageEncoderKind};
+use crate::nn::gelu;
 
 /// The patch encoder: [N, C, H, W] in [0, 1] -> [N, out_dim]. See the module documentation.
 #[derive(Module, Debug)]
@@ -144,8 +145,8 @@ impl<B: Backend> PatchEncoder<B> {
         // Added as [N, T*hidden] + [1, T*hidden]: Burn's CPU backend has a fast path for a row
         // shared by every row, not for a [1, T, hidden] broadcast (same values either way).
         let e = e.reshape([n, t * hid]) + self.pos.val().reshape([1, t * hid]);
-        let h = activation::gelu(e.reshape([n, t, hid]));
-        let f = activation::gelu(self.mix.forward(h));
+        let h = gelu(e.reshape([n, t, hid]));
+        let f = gelu(self.mix.forward(h));
         let [_, t, d] = f.dims();
         match &self.keypoints {
             Some(kp) => self.head.forward(self.keypoint_positions(kp.forward(f))),
