@@ -604,7 +604,7 @@ mod tests {
         assert_eq!(c.eval, EvalSection::default());
         // The six [grpo] settings the job sets, each naming its default in the file.
         let mut grpo = GrpoConfig {
-            iterations: 100,
+            iterations: 160,
             eval_every: 10,
             lr: 6e-5,
             dynamic_sampling: true,
@@ -634,7 +634,8 @@ mod tests {
 
     /// Every shipped run config loads (the `*_randomize.toml` files are `--randomize` sweeps,
     /// not run configs), configs/pusht-push25.toml is the embedded job with exactly the
-    /// defaults' demonstrations and progress context (the job until 2026-12-02), and
+    /// defaults' demonstrations and progress context and the 100 GRPO iterations of the job
+    /// until 2026-12-02 (the embedded one runs 160 since 2026-12-07), and
     /// configs/pusht-90.toml is that job with exactly its longer BC and GRPO, so the measured
     /// settings carry over to both.
     #[test]
@@ -657,6 +658,7 @@ mod tests {
         let patch: toml::Table = "[pusher]\npush_max = 25.0".parse().unwrap();
         before.expert = before.expert.patched(&patch).unwrap();
         before.reward.progress.context = 4;
+        before.grpo.iterations = 100;
         assert_ne!(before, job);
         let (push25, _) = load(Some(&dir.join("pusht-push25.toml"))).unwrap();
         assert_eq!(push25.expert, tasks::get("pusht").unwrap().default_expert());

@@ -4,7 +4,7 @@
 //! - **Mish.** Composed of tensor operations ([`crate::nn::mish_composed`]) it is seven
 //!   element-wise passes forward, each allocating its result, and the autodiff graph keeps six
 //!   intermediate tensors and runs about a dozen more passes backward, computing exp again:
-//!   a third of a Push-T BC step and a quarter of a GRPO update went there. Here the forward
+//!   a fifth to a third of a Push-T BC step and a quarter of a GRPO update went there. Here the forward
 //!   pass is one loop, and it keeps e = exp(min(x, 20)) for the backward pass, one loop too.
 //! - **GELU.** Flex computes it in one pass already, but its backward pass computes
 //!   erf(x / sqrt 2) again (with a scalar `erff`) beside the exp. Here the forward pass keeps
