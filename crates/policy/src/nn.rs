@@ -148,6 +148,13 @@ mod tests {
         let t = || Tensor::<B, 1>::from_data(TensorData::new(xs.clone(), [n]), &Default::default());
         // The CPU backend takes the one-pass node (else this test would compare Burn with itself).
         assert!(crate::fused::gelu(t()).is_ok());
+        assert!(
+            crate::fused::gelu(Tensor::<Ad, 1>::from_data(
+                t().into_data(),
+                &Default::default()
+            ))
+            .is_ok()
+        );
         let fused: Vec<f32> = gelu(t()).into_data().into_vec().unwrap();
         let burns: Vec<f32> = activation::gelu(t()).into_data().into_vec().unwrap();
         assert_eq!(bits(fused), bits(burns));
