@@ -1,11 +1,12 @@
-//! Mish and GELU in one pass over the elements on the CPU backend (Burn Flex, with or without
+//! Mish and GELU as one node each on the CPU backend (Burn Flex, with or without
 //! autodiff), bit for bit the values and gradients of the versions they replace.
 //!
 //! - **Mish.** Composed of tensor operations ([`crate::nn::mish_composed`]) it is seven
 //!   element-wise passes forward, each allocating its result, and the autodiff graph keeps six
 //!   intermediate tensors and runs about a dozen more passes backward, computing exp again:
 //!   a fifth to a third of a Push-T BC step and a quarter of a GRPO update went there. Here the forward
-//!   pass is one loop, and it keeps e = exp(min(x, 20)) for the backward pass, one loop too.
+//!   pass is one node (a loop for exp, one for the rest), and it keeps e = exp(min(x, 20)) for
+//!   the backward pass, one loop.
 //! - **GELU.** Flex computes it in one pass already, but its backward pass computes
 //!   erf(x / sqrt 2) again (with a scalar `erff`) beside the exp. Here the forward pass keeps
 //!   1 + erf(x / sqrt 2), so the backward pass computes only the exp.
@@ -31,13 +32,51 @@ use burn_flex::FlexTensor;
 /// An element-wise activation whose forward pass keeps one value per element for its
 /// backward pass.
 trait Kernel: Copy + Send + std::fmt::Debug + 'static {
-    /// The output and the kept value of one element.
-    fn forward(self, x: f32) -> (f32, f32);
+    /// The kept value of x: the library call (`exp`, `erff`).
+    fn kept(self, x: f32) -> f32;
+    /// The output at x given its kept value.
+    fn output(self, x: f32, kept: f32) -> f32;
     /// The gradient at x, given the kept value and the gradient `g` at the output.
     fn backward(self, x: f32, kept: f32, g: f32) -> f32;
+
+    /// The kept values of every element ([`Kernel::kept`] each).
+    fn kept_all(self, x: &[f32]) -> Vec<f32> {
+        x.iter().map(|&v| self.kept(v)).collect()
+    }
+
+    /// The outputs and the kept values of every element: the library calls in one pass
+    /// ([`Kernel::kept_all`]), the rest of the arithmetic in a second that the compiler
+    /// vectorises.
+    fn forward_all(self, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let kept = self.kept_all(x);
+        let y = x
+            .iter()
+            .zip(&kept)
+            .map(|(&v, &k)| self.output(v, k))
+            .collect();
+        (y, kept)
+    }
+
+    /// The outputs alone (inference), in the same two passes over one buffer.
+    fn output_all(self, x: &[f32]) -> Vec<f32> {
+        let mut y = self.kept_all(x);
+        for (y, &v) in y.iter_mut().zip(x) {
+            *y = self.output(v, *y);
+        }
+        y
+    }
+
+    /// The gradients at every element ([`Kernel::backward`] each).
+    fn backward_all(self, x: &[f32], kept: &[f32], g: &[f32]) -> Vec<f32> {
+        x.iter()
+            .zip(kept)
+            .zip(g)
+            .map(|((&x, &k), &g)| self.backward(x, k, g))
+            .collect()
+    }
 }
 
-/// Mish of an f32 tensor on Flex or `Autodiff<Flex>` in one pass; `Err(x)` hands back any other
+/// Mish of an f32 tensor on Flex or `Autodiff<Flex>` as one node; `Err(x)` hands back any other
 /// tensor untouched for [`crate::nn::mish_composed`].
 pub(crate) fn mish<B: Backend, const D: usize>(
     x: Tensor<B, D>,
@@ -62,7 +101,7 @@ fn dispatch<B: Backend, const D: usize, K: Kernel>(
     }
     let prim: Box<dyn Any> = Box::new(x.into_primitive().tensor());
     let prim = match prim.downcast::<FlexTensor>() {
-        Ok(t) => return Ok(back::<B, D>(Box::new(map(&t, |v| kernel.forward(v).0)))),
+        Ok(t) => return Ok(back::<B, D>(Box::new(outputs(&t, kernel)))),
         Err(p) => p,
     };
     let prim = match prim.downcast::<FloatTensor<Autodiff<Flex>>>() {
@@ -89,12 +128,27 @@ struct Mish;
 /// The cap of the exponent: n / (n + 2) is 1 in f32 there, so larger inputs cannot overflow.
 const CAP: f32 = 20.0;
 
+/// min(x, 20) as the composed version's mask fill computes it (NaN stays NaN).
+#[inline]
+fn cap(x: f32) -> f32 {
+    if x > CAP { CAP } else { x }
+}
+
 impl Kernel for Mish {
     #[inline]
-    fn forward(self, x: f32) -> (f32, f32) {
-        let e = (if x > CAP { CAP } else { x }).exp();
+    fn kept(self, x: f32) -> f32 {
+        cap(x).exp()
+    }
+
+    /// exp over the capped inputs in vector registers, the same bits (crate::expf).
+    fn kept_all(self, x: &[f32]) -> Vec<f32> {
+        crate::expf::exp_of(x, cap)
+    }
+
+    #[inline]
+    fn output(self, x: f32, e: f32) -> f32 {
         let n = e * (e + 2.0);
-        ((x * n) / (n + 2.0), e)
+        (x * n) / (n + 2.0)
     }
 
     /// As Burn's autodiff computes it through the composed graph: the division (g / b as
@@ -122,28 +176,54 @@ impl Kernel for Mish {
 #[derive(Debug, Clone, Copy)]
 struct Gelu;
 
-impl Kernel for Gelu {
-    #[inline]
-    fn forward(self, x: f32) -> (f32, f32) {
-        let t = 1.0 + libm::erff(x / SQRT_2);
-        (0.5 * x * t, t)
-    }
+/// -x^2 / 2, the exponent of the Gaussian density in GELU's gradient.
+#[inline]
+fn gauss_arg(x: f32) -> f32 {
+    -0.5 * x * x
+}
 
+impl Gelu {
+    /// The gradient at x given the kept 1 + erf(x / sqrt 2) and exp(-x^2 / 2).
     #[inline]
-    fn backward(self, x: f32, t: f32, g: f32) -> f32 {
+    fn gradient(self, x: f32, t: f32, g: f32, gauss: f32) -> f32 {
         let inv_sqrt_2pi: f32 = 1.0 / (2.0 * PI).sqrt();
         let cdf = 0.5 * t;
-        let pdf = inv_sqrt_2pi * (-0.5 * x * x).exp();
+        let pdf = inv_sqrt_2pi * gauss;
         g * (cdf + x * pdf)
     }
 }
 
-/// `f` over the elements of an f32 Flex tensor, into a new contiguous one.
-fn map(x: &FlexTensor, f: impl Fn(f32) -> f32) -> FlexTensor {
+impl Kernel for Gelu {
+    #[inline]
+    fn kept(self, x: f32) -> f32 {
+        1.0 + libm::erff(x / SQRT_2)
+    }
+
+    #[inline]
+    fn output(self, x: f32, t: f32) -> f32 {
+        0.5 * x * t
+    }
+
+    #[inline]
+    fn backward(self, x: f32, t: f32, g: f32) -> f32 {
+        self.gradient(x, t, g, gauss_arg(x).exp())
+    }
+
+    /// The exps in vector registers first, the same bits (crate::expf).
+    fn backward_all(self, x: &[f32], t: &[f32], g: &[f32]) -> Vec<f32> {
+        let mut out = crate::expf::exp_of(x, gauss_arg);
+        for (((o, &x), &t), &g) in out.iter_mut().zip(x).zip(t).zip(g) {
+            *o = self.gradient(x, t, g, *o);
+        }
+        out
+    }
+}
+
+/// The kernel's outputs over the elements of an f32 Flex tensor, into a new contiguous one.
+fn outputs<K: Kernel>(x: &FlexTensor, kernel: K) -> FlexTensor {
     let x = x.to_contiguous();
     let shape = x.layout().shape().clone();
-    let out: Vec<f32> = f32_slice(&x).iter().map(|&v| f(v)).collect();
-    FlexTensor::from_data(TensorData::new(out, shape))
+    FlexTensor::from_data(TensorData::new(kernel.output_all(f32_slice(&x)), shape))
 }
 
 fn f32_slice(x: &FlexTensor) -> &[f32] {
@@ -166,12 +246,7 @@ impl<K: Kernel> Backward<Flex, 1> for OneTensorBackward<K> {
         unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
             let grad = grad.to_contiguous();
             let shape = x.layout().shape().clone();
-            let out: Vec<f32> = f32_slice(&x)
-                .iter()
-                .zip(f32_slice(&kept))
-                .zip(f32_slice(&grad))
-                .map(|((&x, &k), &g)| kernel.backward(x, k, g))
-                .collect();
+            let out = kernel.backward_all(f32_slice(&x), f32_slice(&kept), f32_slice(&grad));
             FlexTensor::from_data(TensorData::new(out, shape))
         });
     }
@@ -188,13 +263,12 @@ fn autodiff_op<K: Kernel>(
     {
         OpsKind::Tracked(prep) => prep,
         OpsKind::UnTracked(prep) => {
-            return prep.finish(map(&x.primitive, |v| kernel.forward(v).0));
+            return prep.finish(outputs(&x.primitive, kernel));
         }
     };
     let input = x.primitive.to_contiguous();
     let shape = input.layout().shape().clone();
-    let (y, kept): (Vec<f32>, Vec<f32>) =
-        f32_slice(&input).iter().map(|&v| kernel.forward(v)).unzip();
+    let (y, kept) = kernel.forward_all(f32_slice(&input));
     let y = FlexTensor::from_data(TensorData::new(y, shape.clone()));
     let kept = FlexTensor::from_data(TensorData::new(kept, shape));
     prep.finish((input, kept), y)

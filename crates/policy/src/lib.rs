@@ -15,6 +15,7 @@ pub mod denoiser;
 pub mod diffusion;
 pub mod encoder;
 pub mod error;
+mod expf;
 mod fused;
 pub mod gaussian;
 pub mod nn;
