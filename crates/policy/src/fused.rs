@@ -5,11 +5,11 @@
 //!   element-wise passes forward, each allocating its result, and the autodiff graph keeps six
 //!   intermediate tensors and runs about a dozen more passes backward, computing exp again:
 //!   a fifth to a third of a Push-T BC step and a quarter of a GRPO update went there. Here the forward
-//!   pass is one node (a loop for exp, one for the rest), and it keeps e = exp(min(x, 20)) for
-//!   the backward pass, one loop.
+//!   pass is one node (a loop for exp, in vector registers by [`crate::expf`], one for the
+//!   rest), and it keeps e = exp(min(x, 20)) for the backward pass, one loop.
 //! - **GELU.** Flex computes it in one pass already, but its backward pass computes
 //!   erf(x / sqrt 2) again (with a scalar `erff`) beside the exp. Here the forward pass keeps
-//!   1 + erf(x / sqrt 2), so the backward pass computes only the exp.
+//!   1 + erf(x / sqrt 2), so the backward pass computes only the exp (in vector registers).
 //!
 //! Each kernel repeats the replaced version's arithmetic operation for operation, in the same
 //! order and with the same `exp` and `erff`, and a kept value is the one recomputation would
