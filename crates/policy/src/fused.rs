@@ -32,17 +32,13 @@ use burn_flex::FlexTensor;
 /// An element-wise activation whose forward pass keeps one value per element for its
 /// backward pass.
 trait Kernel: Copy + Send + std::fmt::Debug + 'static {
-    /// The kept value of x: the library call (`exp`, `erff`).
-    fn kept(self, x: f32) -> f32;
+    /// The kept values of every element: the library calls (`exp`, `erff`).
+    fn kept_all(self, x: &[f32]) -> Vec<f32>;
     /// The output at x given its kept value.
     fn output(self, x: f32, kept: f32) -> f32;
-    /// The gradient at x, given the kept value and the gradient `g` at the output.
-    fn backward(self, x: f32, kept: f32, g: f32) -> f32;
-
-    /// The kept values of every element ([`Kernel::kept`] each).
-    fn kept_all(self, x: &[f32]) -> Vec<f32> {
-        x.iter().map(|&v| self.kept(v)).collect()
-    }
+    /// The gradients at every element, given the kept values and the gradients `g` at the
+    /// output.
+    fn backward_all(self, x: &[f32], kept: &[f32], g: &[f32]) -> Vec<f32>;
 
     /// The outputs and the kept values of every element: the library calls in one pass
     /// ([`Kernel::kept_all`]), the rest of the arithmetic in a second that the compiler
@@ -64,15 +60,6 @@ trait Kernel: Copy + Send + std::fmt::Debug + 'static {
             *y = self.output(v, *y);
         }
         y
-    }
-
-    /// The gradients at every element ([`Kernel::backward`] each).
-    fn backward_all(self, x: &[f32], kept: &[f32], g: &[f32]) -> Vec<f32> {
-        x.iter()
-            .zip(kept)
-            .zip(g)
-            .map(|((&x, &k), &g)| self.backward(x, k, g))
-            .collect()
     }
 }
 
@@ -135,12 +122,7 @@ fn cap(x: f32) -> f32 {
 }
 
 impl Kernel for Mish {
-    #[inline]
-    fn kept(self, x: f32) -> f32 {
-        cap(x).exp()
-    }
-
-    /// exp over the capped inputs in vector registers, the same bits (crate::expf).
+    /// exp(min(x, 20)) in vector registers, the bits of `f32::exp` (crate::expf).
     fn kept_all(self, x: &[f32]) -> Vec<f32> {
         crate::expf::exp_of(x, cap)
     }
@@ -151,12 +133,22 @@ impl Kernel for Mish {
         (x * n) / (n + 2.0)
     }
 
+    fn backward_all(self, x: &[f32], e: &[f32], g: &[f32]) -> Vec<f32> {
+        x.iter()
+            .zip(e)
+            .zip(g)
+            .map(|((&x, &e), &g)| self.gradient(x, e, g))
+            .collect()
+    }
+}
+
+impl Mish {
     /// As Burn's autodiff computes it through the composed graph: the division (g / b as
     /// g x recip(b); -a / b^2 with b^2 as b x b), the two products, the two scalar additions,
     /// exp (g x its output) and the clamp's mask fill, each node's two incoming gradients
     /// summed.
     #[inline]
-    fn backward(self, x: f32, e: f32, g: f32) -> f32 {
+    fn gradient(self, x: f32, e: f32, g: f32) -> f32 {
         let e2 = e + 2.0;
         let n = e * e2;
         let n2 = n + 2.0;
@@ -194,9 +186,8 @@ impl Gelu {
 }
 
 impl Kernel for Gelu {
-    #[inline]
-    fn kept(self, x: f32) -> f32 {
-        1.0 + libm::erff(x / SQRT_2)
+    fn kept_all(self, x: &[f32]) -> Vec<f32> {
+        x.iter().map(|&v| 1.0 + libm::erff(v / SQRT_2)).collect()
     }
 
     #[inline]
@@ -204,12 +195,7 @@ impl Kernel for Gelu {
         0.5 * x * t
     }
 
-    #[inline]
-    fn backward(self, x: f32, t: f32, g: f32) -> f32 {
-        self.gradient(x, t, g, gauss_arg(x).exp())
-    }
-
-    /// The exps in vector registers first, the same bits (crate::expf).
+    /// exp(-x^2 / 2) in vector registers first, the bits of `f32::exp` (crate::expf).
     fn backward_all(self, x: &[f32], t: &[f32], g: &[f32]) -> Vec<f32> {
         let mut out = crate::expf::exp_of(x, gauss_arg);
         for (((o, &x), &t), &g) in out.iter_mut().zip(x).zip(t).zip(g) {
