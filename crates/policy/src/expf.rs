@@ -10,8 +10,8 @@
 //! (|x| >= 88, infinities, NaN) take the library call itself. Other targets, and CPUs without
 //! AVX2 and FMA (where glibc picks another variant), take the library call for every element.
 //! A unit test compares the two over 2^22 inputs spread over the f32 bit patterns, and
-//! `exp_matches_the_library_on_every_input` (ignored: run it with `cargo test --release -p
-//! diffrl-policy -- --ignored exp_matches`) over all 2^32. A glibc older than 2.28 has another
+//! `exp_matches_the_library_on_every_input` (ignored: `tools/exp_check.sh` runs it) over all
+//! 2^32. A glibc older than 2.28 has another
 //! `expf`: there the results would differ from the library's in rare last bits (still
 //! deterministic), and the sampled test would fail.
 
