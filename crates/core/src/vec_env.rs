@@ -84,6 +84,11 @@ impl<E: Env> VecEnv<E> {
         Self { slots, mode, pool }
     }
 
+    /// Number of worker threads the environments step on.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
     /// Number of environments.
     pub fn len(&self) -> usize {
         self.slots.len()

@@ -227,6 +227,7 @@ pub struct PolicyActor<'a, B: Backend> {
     device: &'a B::Device,
     mode: SampleMode,
     rng: Rng,
+    threads: usize,
 }
 
 impl<'a, B: Backend> PolicyActor<'a, B> {
@@ -237,7 +238,15 @@ impl<'a, B: Backend> PolicyActor<'a, B> {
             device,
             mode,
             rng: rng(derive(seed, u64::from(u32::MAX))),
+            threads: 1,
         }
+    }
+
+    /// Cuts each policy call's batch over `threads` threads ([`Policy::act_threads`]: the same
+    /// actions for any count).
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
     }
 }
 
@@ -262,13 +271,14 @@ impl<B: Backend> Actor for PolicyActor<'_, B> {
     ) -> Result<Vec<f32>, LearnError> {
         let recorded_row = envs.iter().position(|&e| e == 0).filter(|_| rec.enabled());
         // Recording the chain draws the same noise, so the actions are the same either way.
-        let act = self.policy.act(
+        let act = self.policy.act_threads(
             None,
             obs,
             self.mode,
             recorded_row.is_some(),
             &mut self.rng,
             self.device,
+            self.threads,
         )?;
         let [tp, da] = self.policy.chunk();
         let ta = self.action_horizon();
@@ -316,7 +326,8 @@ impl<B: Backend> Actor for PolicyActor<'_, B> {
 /// Plays `episodes` seeded episodes of `policy` on `venv` (which must auto-reset in the same
 /// step) and reports success with a Wilson interval. `progress(done, total)` is called as
 /// episodes end. With `rec` on, environment 0's scenes, policy calls and rewards and every
-/// episode's end are recorded (the results are the same).
+/// episode's end are recorded (the results are the same). Policy calls are cut over as many
+/// threads as `venv` has workers (the same actions for any count).
 #[allow(clippy::too_many_arguments)]
 pub fn evaluate<E: Env, B: Backend>(
     venv: &mut VecEnv<E>,
@@ -328,7 +339,7 @@ pub fn evaluate<E: Env, B: Backend>(
     progress: &mut dyn FnMut(usize, usize),
     rec: &dyn Recorder,
 ) -> Result<EvalReport, LearnError> {
-    let mut actor = PolicyActor::new(policy, device, mode, seed);
+    let mut actor = PolicyActor::new(policy, device, mode, seed).with_threads(venv.threads());
     evaluate_actor(venv, &mut actor, episodes, seed, progress, rec)
 }
 

@@ -151,7 +151,8 @@ pub fn fresh_starts(seed: u64, groups: usize, group_size: usize) -> Vec<u64> {
 /// Rollouts are stochastic (the rollout chain, with `frozen` running the chain steps before
 /// the fine-tuned ones) and record their chains. With `rec` on, rollout 0 is recorded: its
 /// scene and reward at every step and its policy calls (chunks, chains, log-probs); the
-/// rollouts are the same.
+/// rollouts are the same. Each policy call cuts its batch over as many threads as `venv` has
+/// workers ([`Policy::act_threads`]: the same actions for any count).
 #[allow(clippy::too_many_arguments)]
 pub fn collect_groups<E: Env, B: Backend>(
     venv: &mut VecEnv<E>,
@@ -197,6 +198,7 @@ pub fn collect_groups<E: Env, B: Backend>(
         frozen,
         rng,
         device,
+        threads: venv.threads(),
         rollouts: (0..n)
             .map(|i| GroupRollout {
                 group: i / group_size,
@@ -223,6 +225,7 @@ struct GroupCollector<'a, B: Backend> {
     frozen: Option<&'a PolicyModel<B>>,
     rng: &'a mut Rng,
     device: &'a B::Device,
+    threads: usize,
     rollouts: Vec<GroupRollout>,
 }
 
@@ -275,13 +278,14 @@ impl<B: Backend> Actor for GroupCollector<'_, B> {
         let (policy, ta) = (self.policy, self.action_horizon());
         let [tp, da] = policy.chunk();
         let k = policy.chain_len();
-        let act = policy.act(
+        let act = policy.act_threads(
             self.frozen,
             obs,
             SampleMode::Stochastic,
             true,
             self.rng,
             self.device,
+            self.threads,
         )?;
         let chain = to_vec(act.sample.chain.expect("recorded chain"))?;
         let logp = to_vec(act.sample.logp.expect("recorded log-probs"))?;

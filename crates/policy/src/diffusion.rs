@@ -210,8 +210,22 @@ impl DiffusionProcess {
         }
     }
 
+    /// The noise draws of [`DiffusionProcess::sample`] in `mode`, in order, by their clip: x_K
+    /// (unclipped), then one clipped draw per chain step when stochastic.
+    pub fn noise_draws(&self, mode: SampleMode) -> Vec<Option<f64>> {
+        let mut clips = vec![None];
+        if mode == SampleMode::Stochastic {
+            clips.extend(std::iter::repeat_n(
+                Some(self.cfg.noise_clip),
+                self.rollout.len(),
+            ));
+        }
+        clips
+    }
+
     /// Samples a chain for a batch of observations. Steps before the last K' use `frozen` when
-    /// given (the pretrained copy during fine-tuning), the rest use `model`.
+    /// given (the pretrained copy during fine-tuning), the rest use `model`. Its noise draws
+    /// are those of [`DiffusionProcess::noise_draws`].
     #[allow(clippy::too_many_arguments)]
     pub fn sample<B: Backend>(
         &self,
@@ -390,8 +404,13 @@ pub fn normal_tensor<B: Backend, const D: usize>(
     clip: Option<f64>,
     device: &B::Device,
 ) -> Tensor<B, D> {
-    let n: usize = dims.iter().product();
-    let data: Vec<f32> = (0..n)
+    let data = normal_values(rng, dims.iter().product(), clip);
+    Tensor::from_data(TensorData::new(data, dims), device)
+}
+
+/// `n` standard-normal samples drawn from `rng` in order, clipped to +-clip when given.
+pub(crate) fn normal_values(rng: &mut Rng, n: usize, clip: Option<f64>) -> Vec<f32> {
+    (0..n)
         .map(|_| {
             let z: f64 = rng.sample(StandardNormal);
             match clip {
@@ -399,8 +418,7 @@ pub fn normal_tensor<B: Backend, const D: usize>(
                 None => z as f32,
             }
         })
-        .collect();
-    Tensor::from_data(TensorData::new(data, dims), device)
+        .collect()
 }
 
 /// Where the sampling noise of a batch comes from.
@@ -413,6 +431,9 @@ pub enum Noise<'a> {
     Shared(&'a mut Rng),
     /// One stream per batch row (its length is the batch size).
     PerRow(&'a mut [Rng]),
+    /// Values drawn beforehand: each draw takes the next vector, whose length must be the
+    /// draw's element count (a run of rows of a batch whose noise was drawn `Shared`).
+    Given(std::collections::VecDeque<Vec<f32>>),
 }
 
 impl Noise<'_> {
@@ -439,6 +460,15 @@ impl Noise<'_> {
                             .collect::<Vec<_>>()
                     })
                     .collect();
+                Tensor::from_data(TensorData::new(data, dims), device)
+            }
+            Noise::Given(draws) => {
+                let data = draws.pop_front().expect("a drawn noise vector per draw");
+                assert_eq!(
+                    data.len(),
+                    dims.iter().product::<usize>(),
+                    "drawn noise of the draw's size"
+                );
                 Tensor::from_data(TensorData::new(data, dims), device)
             }
         }

@@ -161,6 +161,50 @@ pub struct ObsBatch {
     pub text: Option<Vec<String>>,
 }
 
+impl ObsBatch {
+    /// The batch's rows `rows` (their states, images and instructions).
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> ObsBatch {
+        let b = self.batch.max(1);
+        let cut = |len: usize| {
+            let per = len / b;
+            rows.start * per..rows.end * per
+        };
+        ObsBatch {
+            batch: rows.len(),
+            state: self.state[cut(self.state.len())].to_vec(),
+            image: self.image.as_ref().map(|px| px[cut(px.len())].to_vec()),
+            text: self.text.as_ref().map(|t| t[rows.clone()].to_vec()),
+        }
+    }
+
+    /// That each field holds a whole number of rows (what [`ObsBatch::rows`] cuts by).
+    fn check_rows(&self) -> Result<(), PolicyError> {
+        let whole = |what: &str, len: usize| {
+            if len.is_multiple_of(self.batch) {
+                Ok(())
+            } else {
+                Err(PolicyError::Shape {
+                    what: format!("observation {what} (values per batch row x {})", self.batch),
+                    expected: len.next_multiple_of(self.batch),
+                    got: len,
+                })
+            }
+        };
+        whole("state", self.state.len())?;
+        if let Some(px) = &self.image {
+            whole("image", px.len())?;
+        }
+        match &self.text {
+            Some(t) if t.len() != self.batch => Err(PolicyError::Shape {
+                what: "observation.text (one instruction per batch row)".into(),
+                expected: self.batch,
+                got: t.len(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The outcome of one policy call for a batch.
 #[derive(Debug, Clone)]
 pub struct Act<B: Backend> {
@@ -562,6 +606,109 @@ impl<B: Backend> Policy<B> {
         device: &B::Device,
     ) -> Result<Act<B>, PolicyError> {
         self.act_with(frozen, obs, mode, record, &mut Noise::Shared(rng), device)
+    }
+
+    /// [`Policy::act`] with the batch cut into `threads` runs of rows, each run's chain on its
+    /// own thread. The noise is drawn first, on the calling thread, in the order `act` draws
+    /// it, and each run takes its rows of every draw; every operation of the chain treats rows
+    /// apart, so the actions, chains and log-probs are `act`'s, bit for bit (a test checks it;
+    /// docs/policy.md). This is for Burn's CPU backend, whose kernels run one thread each; on
+    /// any other backend, for Gaussian policies and for batches of one row it is `act`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn act_threads(
+        &self,
+        frozen: Option<&PolicyModel<B>>,
+        obs: &ObsBatch,
+        mode: SampleMode,
+        record: bool,
+        rng: &mut Rng,
+        device: &B::Device,
+        threads: usize,
+    ) -> Result<Act<B>, PolicyError> {
+        let runs = threads.clamp(1, obs.batch.max(1));
+        let cpu = B::name(device) == "flex";
+        if runs == 1 || !cpu || !matches!(self.model, PolicyModel::Diffusion(_)) {
+            return self.act(frozen, obs, mode, record, rng, device);
+        }
+        obs.check_rows()?;
+        let per_row: usize = self.chunk().iter().product();
+        let draws: Vec<Vec<f32>> = self
+            .process
+            .noise_draws(mode)
+            .into_iter()
+            .map(|clip| crate::diffusion::normal_values(rng, obs.batch * per_row, clip))
+            .collect();
+        let (q, r) = (obs.batch / runs, obs.batch % runs);
+        let mut start = 0;
+        let ranges: Vec<std::ops::Range<usize>> = (0..runs)
+            .map(|i| {
+                let len = q + usize::from(i < r);
+                start += len;
+                start - len..start
+            })
+            .collect();
+        let run = |rows: &std::ops::Range<usize>| {
+            let given = draws
+                .iter()
+                .map(|d| d[rows.start * per_row..rows.end * per_row].to_vec())
+                .collect();
+            let part = obs.rows(rows.clone());
+            self.act_with(
+                frozen,
+                &part,
+                mode,
+                record,
+                &mut Noise::Given(given),
+                device,
+            )
+        };
+        let parts: Vec<Result<Act<B>, PolicyError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = ranges[1..]
+                .iter()
+                .map(|rows| s.spawn(|| run(rows)))
+                .collect();
+            let mut parts = vec![run(&ranges[0])];
+            parts.extend(handles.into_iter().map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(PolicyError::Missing(
+                        "a policy call's thread panicked".into(),
+                    ))
+                })
+            }));
+            parts
+        });
+        let parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let cat3 = |ts: Vec<Tensor<B, 3>>| Tensor::cat(ts, 0);
+        let recorded = record.then_some(());
+        let chain = recorded.map(|()| {
+            Tensor::cat(
+                parts
+                    .iter()
+                    .filter_map(|p| p.sample.chain.clone())
+                    .collect(),
+                0,
+            )
+        });
+        let logp = recorded.map(|()| {
+            Tensor::cat(
+                parts.iter().filter_map(|p| p.sample.logp.clone()).collect(),
+                0,
+            )
+        });
+        let mut actions = Vec::with_capacity(obs.batch * per_row);
+        let mut xs = Vec::with_capacity(parts.len());
+        for p in parts {
+            actions.extend(p.actions);
+            xs.push(p.sample.actions);
+        }
+        Ok(Act {
+            actions,
+            sample: ChainSample {
+                actions: cat3(xs),
+                chain,
+                logp,
+            },
+        })
     }
 
     /// [`Policy::act`] with one noise stream per batch row: row b's chunk depends only on its

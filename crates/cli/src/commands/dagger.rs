@@ -243,7 +243,7 @@ pub fn collect<B: Backend>(
         .map(|_| Relabel::new(env_cfg, expert_cfg, beta))
         .collect::<anyhow::Result<_>>()?;
     let mut venv = VecEnv::new(worlds, AutoReset::SameStep, threads);
-    let mut actor = PolicyActor::new(policy, device, mode, seed);
+    let mut actor = PolicyActor::new(policy, device, mode, seed).with_threads(venv.threads());
     let pb = bar(
         episodes as u64,
         "  dagger rollouts [{bar:30}] {pos}/{len} episodes {elapsed_precise} (eta {eta})",

@@ -520,3 +520,93 @@ fn bc_loss_regresses_the_noise_the_chunk_or_the_velocity() {
         );
     }
 }
+
+/// A policy call cut over threads (`act_threads`) gives `act`'s actions, chain and log-probs
+/// bit for bit, for any thread count and uneven runs of rows: the residual MLP at the default
+/// width, the U-Net, a patch-encoder pixel policy, and the CPU VLA's parts.
+#[test]
+fn threaded_calls_equal_the_whole_batch_call() {
+    use diffrl_policy::config::DenoiserKind;
+    let device = Default::default();
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let mut mlp = tiny_config(5);
+    mlp.denoiser = Default::default();
+    let mut unet = tiny_config(5);
+    unet.denoiser.kind = DenoiserKind::Unet;
+    let mut pixels = tiny_config(5);
+    pixels.encoder.image.kind = ImageEncoderKind::Patches;
+    pixels.encoder.image.patch_size = 4;
+    let pixel_spec = diffrl_policy::PolicySpec {
+        image: Some([3, 16, 16]),
+        ..spec()
+    };
+    // The CPU VLA's parts: keypoint read-out, instruction encoder, FiLM, the clean chunk.
+    let mut vla = tiny_config(5);
+    vla.encoder.image.kind = ImageEncoderKind::PatchKeypoints;
+    vla.encoder.image.patch_size = 4;
+    vla.denoiser.film = true;
+    vla.diffusion.prediction = Prediction::Sample;
+    let vla_spec = diffrl_policy::PolicySpec {
+        text: true,
+        ..pixel_spec.clone()
+    };
+    let words = ["pick the red cube", "stack the blue cube on the red cube"];
+    let vocab = diffrl_policy::Vocabulary::from_texts(words);
+    let batch = 37;
+    for (name, cfg, spec) in [
+        ("mlp", mlp, spec()),
+        ("unet", unet, spec()),
+        ("pixels", pixels, pixel_spec),
+        ("vla", vla, vla_spec),
+    ] {
+        let (pixels, text) = (spec.image.is_some(), spec.text);
+        let p = if text {
+            Policy::<B>::with_text(cfg, spec, norm(), vocab.clone(), 3, &device).unwrap()
+        } else {
+            Policy::<B>::new(cfg, spec, norm(), 3, &device).unwrap()
+        };
+        let mut o = obs(batch);
+        if pixels {
+            o.image = Some(
+                (0..batch * 2 * 16 * 16 * 3)
+                    .map(|i| (i * 7 % 251) as u8)
+                    .collect(),
+            );
+        }
+        if text {
+            o.text = Some((0..batch).map(|i| words[i % 3 % 2].to_owned()).collect());
+        }
+        for mode in [SampleMode::Deterministic, SampleMode::Stochastic] {
+            let whole = p.act(None, &o, mode, true, &mut rng(11), &device).unwrap();
+            for threads in [2, 3, 8] {
+                let mut r = rng(11);
+                let cut = p
+                    .act_threads(None, &o, mode, true, &mut r, &device, threads)
+                    .unwrap();
+                let what = format!("{name}, {mode:?}, {threads} threads");
+                assert_eq!(
+                    bits(cut.actions.clone()),
+                    bits(whole.actions.clone()),
+                    "{what}"
+                );
+                let chain = |a: &diffrl_policy::Act<B>| to_vec(a.sample.chain.clone().unwrap());
+                let logp = |a: &diffrl_policy::Act<B>| to_vec(a.sample.logp.clone().unwrap());
+                assert_eq!(bits(chain(&cut)), bits(chain(&whole)), "{what}");
+                assert_eq!(bits(logp(&cut)), bits(logp(&whole)), "{what}");
+                assert_eq!(
+                    bits(to_vec(cut.sample.actions.clone())),
+                    bits(to_vec(whole.sample.actions.clone())),
+                    "{what}"
+                );
+                // The stream is left where the whole call leaves it.
+                let mut after = rng(11);
+                p.act(None, &o, mode, false, &mut after, &device).unwrap();
+                assert_eq!(
+                    rand::Rng::random::<u64>(&mut r),
+                    rand::Rng::random::<u64>(&mut after),
+                    "{what}"
+                );
+            }
+        }
+    }
+}
