@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Both cores for training: the BC step and the GRPO update on 1 thread against N threads
-# (`[pretrain].threads`, `[grpo].threads`), on the embedded Push-T config, in interleaved
+# (`[pretrain].threads`, `[grpo].threads`, and `[run].threads`: the environment workers, over
+# which the rollouts' policy calls are cut too), on the embedded Push-T config, in interleaved
 # rounds so that a machine's drift hits both sides alike. Prints one JSON line per round and
 # the median speed-ups (also appended to ${OUT:-target/bench_threads.jsonl}).
 #   BC:   steps/s of `diffrl pretrain` over BC_STEPS steps of batch 256 (steps / elapsed
@@ -23,8 +24,8 @@ mkdir -p "$(dirname "$out")"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for t in 1 "$n"; do
-  printf '[pretrain]\nthreads = %s\neval_every = 0\n[grpo]\nthreads = %s\neval_every = 0\neval_episodes = 0\n' \
-    "$t" "$t" > "$tmp/t$t.toml"
+  printf '[run]\nthreads = %s\n[pretrain]\nthreads = %s\neval_every = 0\n[grpo]\nthreads = %s\neval_every = 0\neval_episodes = 0\n' \
+    "$t" "$t" "$t" > "$tmp/t$t.toml"
 done
 last() { tail -n 1 "$1"; }
 for r in $(seq 1 "$rounds"); do
