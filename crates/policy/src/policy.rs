@@ -612,7 +612,7 @@ impl<B: Backend> Policy<B> {
     /// own thread. The noise is drawn first, on the calling thread, in the order `act` draws
     /// it, and each run takes its rows of every draw; every operation of the chain treats rows
     /// apart, so the actions, chains and log-probs are `act`'s, bit for bit (a test checks it;
-    /// docs/policy.md). This is for Burn's CPU backend, whose kernels run one thread each; on
+    /// docs/grpo.md). This is for Burn's CPU backend, whose kernels run one thread each; on
     /// any other backend, for Gaussian policies and for batches of one row it is `act`.
     #[allow(clippy::too_many_arguments)]
     pub fn act_threads(
@@ -677,23 +677,18 @@ impl<B: Backend> Policy<B> {
             }));
             parts
         });
-        let parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let cat3 = |ts: Vec<Tensor<B, 3>>| Tensor::cat(ts, 0);
-        let recorded = record.then_some(());
-        let chain = recorded.map(|()| {
-            Tensor::cat(
-                parts
-                    .iter()
-                    .filter_map(|p| p.sample.chain.clone())
-                    .collect(),
-                0,
-            )
+        let parts = match parts.into_iter().collect::<Result<Vec<_>, _>>() {
+            Ok(parts) => parts,
+            // A run's error names the run's rows; the whole batch's names the batch, as `act`.
+            Err(e) => return Err(self.obs_tensors(obs, device).err().unwrap_or(e)),
+        };
+        let chain = record.then(|| {
+            let runs = parts.iter().filter_map(|p| p.sample.chain.clone());
+            Tensor::cat(runs.collect(), 0)
         });
-        let logp = recorded.map(|()| {
-            Tensor::cat(
-                parts.iter().filter_map(|p| p.sample.logp.clone()).collect(),
-                0,
-            )
+        let logp = record.then(|| {
+            let runs = parts.iter().filter_map(|p| p.sample.logp.clone());
+            Tensor::cat(runs.collect(), 0)
         });
         let mut actions = Vec::with_capacity(obs.batch * per_row);
         let mut xs = Vec::with_capacity(parts.len());
@@ -704,7 +699,7 @@ impl<B: Backend> Policy<B> {
         Ok(Act {
             actions,
             sample: ChainSample {
-                actions: cat3(xs),
+                actions: Tensor::cat(xs, 0),
                 chain,
                 logp,
             },

@@ -576,6 +576,21 @@ fn threaded_calls_equal_the_whole_batch_call() {
         if text {
             o.text = Some((0..batch).map(|i| words[i % 3 % 2].to_owned()).collect());
         }
+        // Bad input gets the whole batch's error, as from `act`.
+        let mut bad = o.clone();
+        match &mut bad.image {
+            Some(px) => px.truncate(px.len() - batch),
+            None => bad.state.truncate(bad.state.len() - batch),
+        }
+        let err = |r: Result<diffrl_policy::Act<B>, diffrl_policy::PolicyError>| {
+            r.unwrap_err().to_string()
+        };
+        let mode = SampleMode::Stochastic;
+        assert_eq!(
+            err(p.act_threads(None, &bad, mode, true, &mut rng(1), &device, 3)),
+            err(p.act(None, &bad, mode, true, &mut rng(1), &device)),
+            "{name}"
+        );
         for mode in [SampleMode::Deterministic, SampleMode::Stochastic] {
             let whole = p.act(None, &o, mode, true, &mut rng(11), &device).unwrap();
             for threads in [2, 3, 8] {
