@@ -106,31 +106,38 @@ where
     }
     let device = model.devices().pop().unwrap_or_default();
     type Shard = (GradientsParams, f64);
-    let results: Vec<Result<(Shard, T), LearnError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = ranges
-            .iter()
-            .enumerate()
-            .map(|(i, range)| {
-                let fork = model.clone().fork(&device);
-                let (loss, range) = (&loss, range.clone());
-                s.spawn(move || {
-                    let (l, extra) = loss(i, range, &fork)?;
-                    let v = l.clone().into_scalar().elem::<f64>();
-                    Ok(((GradientsParams::from_grads(l.backward(), &fork), v), extra))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(LearnError::Data(
-                        "a gradient shard's thread panicked".into(),
-                    ))
-                })
-            })
-            .collect()
+    // Shard 0 runs on the calling thread, the others on rayon's global pool: threads that
+    // persist, so a step starts no thread and faults no fresh stack in (docs/policy.md). A
+    // shard that panics becomes an error.
+    let shard =
+        |i: usize, range: std::ops::Range<usize>, fork: M| -> Result<(Shard, T), LearnError> {
+            let run = || {
+                let (l, extra) = loss(i, range, &fork)?;
+                let v = l.clone().into_scalar().elem::<f64>();
+                Ok(((GradientsParams::from_grads(l.backward(), &fork), v), extra))
+            };
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+                .unwrap_or_else(|_| Err(LearnError::Data(format!("gradient shard {i} panicked"))))
+        };
+    let mut forks: Vec<M> = ranges.iter().map(|_| model.clone().fork(&device)).collect();
+    let first = forks.remove(0);
+    let mut rest: Vec<Option<Result<(Shard, T), LearnError>>> =
+        (1..ranges.len()).map(|_| None).collect();
+    let mut results = Vec::with_capacity(ranges.len());
+    rayon::in_place_scope(|s| {
+        for ((slot, fork), (i, range)) in rest
+            .iter_mut()
+            .zip(forks)
+            .zip(ranges.iter().enumerate().skip(1))
+        {
+            let (shard, range) = (&shard, range.clone());
+            s.spawn(move |_| *slot = Some(shard(i, range, fork)));
+        }
+        results.push(shard(0, ranges[0].clone(), first));
     });
+    results.extend(rest.into_iter().map(|r| {
+        r.unwrap_or_else(|| Err(LearnError::Data("a gradient shard did not run".into())))
+    }));
     let mut parts = Vec::with_capacity(results.len());
     let mut extras = Vec::with_capacity(results.len());
     let mut value = 0.0;
@@ -207,5 +214,18 @@ mod tests {
             assert!((u - v).abs() < 1e-6, "{a:?} vs {b:?}");
         }
         assert_eq!(grad(&g3), grad(&g3b));
+        // A shard that panics, on the calling thread or on the pool, is an error.
+        for bad in [0, 2] {
+            let panicky = |i: usize, rows: std::ops::Range<usize>, m: &Linear<Ad>| {
+                assert_ne!(i, bad, "shard {i} fails");
+                loss(i, rows, m)
+            };
+            let e = sharded_grads(&model, batch, 3, panicky).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("gradient shard {bad} panicked")),
+                "{e}"
+            );
+        }
     }
 }
