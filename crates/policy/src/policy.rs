@@ -611,8 +611,9 @@ impl<B: Backend> Policy<B> {
     /// [`Policy::act`] with the batch cut into `threads` runs of rows, each run's chain on its
     /// own thread. The noise is drawn first, on the calling thread, in the order `act` draws
     /// it, and each run takes its rows of every draw; every operation of the chain treats rows
-    /// apart, so the actions, chains and log-probs are `act`'s, bit for bit (a test checks it;
-    /// docs/grpo.md). This is for Burn's CPU backend, whose kernels run one thread each; on
+    /// apart, and Burn's CPU kernels give a row the same bits whatever the rows beside it, so
+    /// the actions, chains and log-probs are `act`'s, bit for bit (a test checks it, since
+    /// Burn does not promise it; docs/grpo.md). This is for Burn's CPU backend, whose kernels run one thread each; on
     /// any other backend, for Gaussian policies and for batches of one row it is `act`.
     #[allow(clippy::too_many_arguments)]
     pub fn act_threads(
