@@ -15,6 +15,7 @@
 //! - [`run_dir`]: `runs/<name>/` folders with a config copy and an append-only `metrics.jsonl`.
 //! - [`lerobot`]: LeRobot v3.0 dataset folders (write and read).
 //! - [`seeding`]: deterministic seed derivation.
+//! - [`shards`]: a batch cut into near-equal runs of rows, one per thread.
 //! - [`stats`]: the statistics reports quote (Wilson intervals, exact McNemar, paired intervals,
 //!   quantiles), each with its formula.
 //! - [`fs`]: atomic file writes (temp file + rename).
@@ -37,6 +38,7 @@ pub mod reward;
 pub mod run_dir;
 pub mod scene;
 pub mod seeding;
+pub mod shards;
 pub mod space;
 pub mod stages;
 pub mod stats;

@@ -639,15 +639,7 @@ impl<B: Backend> Policy<B> {
             .into_iter()
             .map(|clip| crate::diffusion::normal_values(rng, obs.batch * per_row, clip))
             .collect();
-        let (q, r) = (obs.batch / runs, obs.batch % runs);
-        let mut start = 0;
-        let ranges: Vec<std::ops::Range<usize>> = (0..runs)
-            .map(|i| {
-                let len = q + usize::from(i < r);
-                start += len;
-                start - len..start
-            })
-            .collect();
+        let ranges = diffrl_core::shards::shard_ranges(obs.batch, runs);
         let run = |rows: &std::ops::Range<usize>| {
             let given = draws
                 .iter()
