@@ -1,4 +1,4 @@
-//! Mish and GELU as one node each on the CPU backend (Burn Flex, with or without
+//! Mish, GELU and tanh as one node each on the CPU backend (Burn Flex, with or without
 //! autodiff), bit for bit the values and gradients of the versions they replace.
 //!
 //! - **Mish.** Composed of tensor operations ([`crate::nn::mish_composed`]) it is seven
@@ -10,6 +10,9 @@
 //! - **GELU.** Flex computes it in one pass already, but its backward pass computes
 //!   erf(x / sqrt 2) again (with a scalar `erff`) beside the exp. Here the forward pass keeps
 //!   1 + erf(x / sqrt 2), so the backward pass computes only the exp (in vector registers).
+//! - **tanh.** Flex calls the C library's `tanhf` per element, and Burn's backward pass calls
+//!   it again on the input. Here the forward pass computes it in vector registers
+//!   ([`crate::tanhf`], the library's bits) and keeps it, so the backward pass is one loop.
 //!
 //! Each kernel repeats the replaced version's arithmetic operation for operation, in the same
 //! order and with the same `exp` and `erff`, and a kept value is the one recomputation would
@@ -77,6 +80,15 @@ pub(crate) fn gelu<B: Backend, const D: usize>(
     x: Tensor<B, D>,
 ) -> Result<Tensor<B, D>, Tensor<B, D>> {
     dispatch(x, Gelu)
+}
+
+/// tanh of an f32 tensor on Flex or `Autodiff<Flex>` as one node that keeps its output for the
+/// backward pass; `Err(x)` hands back any other tensor untouched for Burn's
+/// `activation::tanh`.
+pub(crate) fn tanh<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+) -> Result<Tensor<B, D>, Tensor<B, D>> {
+    dispatch(x, Tanh)
 }
 
 fn dispatch<B: Backend, const D: usize, K: Kernel>(
@@ -202,6 +214,30 @@ impl Kernel for Gelu {
             *o = self.gradient(x, t, g, *o);
         }
         out
+    }
+}
+
+/// tanh as Burn computes it: y = tanh(x) (the C library's `tanhf`, here in vector registers
+/// by [`crate::tanhf`], the same bits), and backward g (1 - y^2), with y computed again from x
+/// and 1 - y^2 as -(y y) + 1. Kept: y, so the backward pass computes no tanh.
+#[derive(Debug, Clone, Copy)]
+struct Tanh;
+
+impl Kernel for Tanh {
+    fn kept_all(self, x: &[f32]) -> Vec<f32> {
+        crate::tanhf::tanh_of(x)
+    }
+
+    #[inline]
+    fn output(self, _: f32, y: f32) -> f32 {
+        y
+    }
+
+    fn backward_all(self, _: &[f32], y: &[f32], g: &[f32]) -> Vec<f32> {
+        y.iter()
+            .zip(g)
+            .map(|(&y, &g)| g * (-(y * y) + 1.0))
+            .collect()
     }
 }
 

@@ -24,6 +24,7 @@ pub mod planner;
 pub mod policy;
 pub mod saliency;
 pub mod schedule;
+mod tanhf;
 pub mod text_encoder;
 pub mod tokenizer;
 pub mod unet;

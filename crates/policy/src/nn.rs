@@ -40,6 +40,13 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     crate::fused::gelu(x).unwrap_or_else(activation::gelu)
 }
 
+/// tanh (Burn's `activation::tanh`): on the CPU backend one node that computes it in vector
+/// registers and keeps it for the backward pass, bit for bit Burn's values and gradients
+/// (`crate::fused`).
+pub fn tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    crate::fused::tanh(x).unwrap_or_else(activation::tanh)
+}
+
 /// Sinusoidal embedding of (float) timesteps, [B] -> [B, dim]: the first half sin, the second
 /// half cos, frequencies exp(-ln(10000) i / (dim/2 - 1)) (Diffusion Policy's SinusoidalPosEmb).
 pub fn sinusoidal_embedding<B: Backend>(t: Tensor<B, 1>, dim: usize) -> Tensor<B, 2> {
@@ -164,6 +171,49 @@ mod tests {
         for (i, (f, c)) in fx.iter().zip(&cx).enumerate() {
             assert_eq!(f.to_bits(), c.to_bits(), "x = {}: {f} against {c}", xs[i]);
         }
+    }
+
+    #[test]
+    fn one_pass_tanh_gives_burns_values_and_gradients_bit_for_bit() {
+        type B = burn::backend::Flex;
+        let mut xs = probe_inputs();
+        xs.extend([-22.0, 21.999, 22.0, 1.0, -1.0, 0.34657, 1.0397, f32::NAN]);
+        let n = xs.len();
+        let t = || Tensor::<B, 1>::from_data(TensorData::new(xs.clone(), [n]), &Default::default());
+        // The CPU backend takes the one-pass node (else this test would compare Burn with itself).
+        assert!(crate::fused::tanh(t()).is_ok());
+        assert!(
+            crate::fused::tanh(Tensor::<Ad, 1>::from_data(
+                t().into_data(),
+                &Default::default()
+            ))
+            .is_ok()
+        );
+        let fused: Vec<f32> = tanh(t()).into_data().into_vec().unwrap();
+        let burns: Vec<f32> = activation::tanh(t()).into_data().into_vec().unwrap();
+        assert_eq!(bits(fused), bits(burns));
+        let xs = &xs[..n - 1]; // gradients: without the NaN, which would spread to w's
+        let (fx, fw) = grads_of(tanh, xs, 0.0);
+        let (cx, cw) = grads_of(activation::tanh, xs, 0.0);
+        assert_eq!(fw, cw);
+        for (i, (f, c)) in fx.iter().zip(&cx).enumerate() {
+            assert_eq!(f.to_bits(), c.to_bits(), "x = {}: {f} against {c}", xs[i]);
+        }
+        // A non-contiguous input (the keypoint read-out's narrowed, transposed scores) is read
+        // in its logical order.
+        let m = Tensor::<B, 2>::from_data(
+            TensorData::new(xs[..6000].to_vec(), [60, 100]),
+            &Default::default(),
+        );
+        let fused: Vec<f32> = tanh(m.clone().transpose().narrow(0, 10, 50))
+            .into_data()
+            .into_vec()
+            .unwrap();
+        let burns: Vec<f32> = activation::tanh(m.transpose().narrow(0, 10, 50))
+            .into_data()
+            .into_vec()
+            .unwrap();
+        assert_eq!(bits(fused), bits(burns));
     }
 
     #[test]

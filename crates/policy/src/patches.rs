@@ -37,7 +37,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData, activation};
 
 use crate::config::{ImageEncoderConfig, ImageEncoderKind};
-use crate::nn::gelu;
+use crate::nn::{gelu, tanh};
 
 /// The patch encoder: [N, C, H, W] in [0, 1] -> [N, out_dim]. See the module documentation.
 #[derive(Module, Debug)]
@@ -174,8 +174,8 @@ impl<B: Backend> PatchEncoder<B> {
         let cx = row((0..t).map(|i| centre(i % wp, wp)).collect());
         let cy = row((0..t).map(|i| centre(i / wp, hp)).collect());
         let weights = activation::softmax(rows(s.clone().narrow(1, 0, k)), 1);
-        let x = activation::tanh(rows(s.clone().narrow(1, k, k))).div_scalar(wp as f32) + cx;
-        let y = activation::tanh(rows(s.narrow(1, 2 * k, k))).div_scalar(hp as f32) + cy;
+        let x = tanh(rows(s.clone().narrow(1, k, k))).div_scalar(wp as f32) + cx;
+        let y = tanh(rows(s.narrow(1, 2 * k, k))).div_scalar(hp as f32) + cy;
         let x = (weights.clone() * x).sum_dim(1).reshape([n, k]);
         let y = (weights * y).sum_dim(1).reshape([n, k]);
         Tensor::cat(vec![x, y], 1)
