@@ -198,8 +198,13 @@ impl Gelu {
 }
 
 impl Kernel for Gelu {
+    /// erf(x / sqrt 2) in vector registers first, the bits of `libm::erff` (crate::erff).
     fn kept_all(self, x: &[f32]) -> Vec<f32> {
-        x.iter().map(|&v| 1.0 + libm::erff(v / SQRT_2)).collect()
+        let mut kept = crate::erff::erf_of(x, |v| v / SQRT_2);
+        for t in &mut kept {
+            *t += 1.0;
+        }
+        kept
     }
 
     #[inline]

@@ -14,6 +14,7 @@ pub mod config;
 pub mod denoiser;
 pub mod diffusion;
 pub mod encoder;
+mod erff;
 pub mod error;
 mod expf;
 mod fused;

@@ -176,6 +176,8 @@ mod fdlibm {
         let neg = bits >> 31 != 0;
         // Argument reduction a = k ln2 + x + c, |x| <= ln2 / 2: k = +-1 for 0.5 ln2 < |a| <
         // 1.5 ln2, else k = round(a / ln2) (C's truncation of a / ln2 +- 0.5).
+        // max and min, not clamp: clamp keeps a NaN, which the conversion below must not see.
+        #[allow(clippy::manual_clamp)]
         let kf = (INV_LN2 * a + if neg { -0.5 } else { 0.5 })
             .max(-128.0)
             .min(128.0);
