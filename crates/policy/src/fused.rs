@@ -8,15 +8,17 @@
 //!   pass is one node (a loop for exp, in vector registers by [`crate::expf`], one for the
 //!   rest), and it keeps e = exp(min(x, 20)) for the backward pass, one loop.
 //! - **GELU.** Flex computes it in one pass already, but its backward pass computes
-//!   erf(x / sqrt 2) again (with a scalar `erff`) beside the exp. Here the forward pass keeps
+//!   erf(x / sqrt 2) again (with a scalar `erff`) beside the exp. Here the forward pass
+//!   computes erf in vector registers ([`crate::erff`], `libm::erff`'s bits) and keeps
 //!   1 + erf(x / sqrt 2), so the backward pass computes only the exp (in vector registers).
 //! - **tanh.** Flex calls the C library's `tanhf` per element, and Burn's backward pass calls
 //!   it again on the input. Here the forward pass computes it in vector registers
 //!   ([`crate::tanhf`], the library's bits) and keeps it, so the backward pass is one loop.
 //!
 //! Each kernel repeats the replaced version's arithmetic operation for operation, in the same
-//! order and with the same `exp` and `erff`, and a kept value is the one recomputation would
-//! give, so no trained result moves (docs/policy.md, "Mish and GELU in one pass"). Every other
+//! order and with the same `exp`, `erff` and `tanhf` (or a vectorised version with the same
+//! bits), and a kept value is the one recomputation would give, so no trained result moves
+//! (docs/policy.md, "Mish and GELU in one pass"). Every other
 //! backend (CUDA) and every other dtype takes the replaced version.
 
 use std::any::Any;
