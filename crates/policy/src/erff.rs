@@ -3,16 +3,17 @@
 //! GELU's forward pass takes erf(x / sqrt 2) of every element; the `libm` crate's `erff` (a
 //! port of FreeBSD's `s_erff.c`, from Sun Microsystems' freely redistributable fdlibm) is a
 //! scalar function with five ranges, two of which call its `expf` twice: in a VLA BC step on
-//! one thread about 4% of the samples were the patch encoder's GELU calling it (docs/policy.md,
-//! "erf in vector registers"). [`erf_of`] evaluates the same rational approximations and the
-//! same `expf` (FreeBSD's `e_expf.c`, as the `libm` crate has it), operation for operation in
-//! f32, every range computed and the one `erff` takes selected, in a loop the compiler
-//! vectorises; |x| >= 6 (where erf is +-1 in f32), infinities and NaN take `libm::erff`
-//! itself. `libm` is pinned (`=0.2.16`), so the function compared against is fixed: a unit test
-//! compares the two over 2^22 inputs spread over the f32 bit patterns and dense runs around
-//! each range's threshold, and `erf_matches_libm_on_every_input` (ignored: `tools/exp_check.sh`
-//! runs it) over all 2^32 at each register width. CPUs without AVX2 and FMA take `libm::erff`
-//! for every element.
+//! one thread about 3% of the samples were the patch encoder's GELU calling it (docs/policy.md,
+//! "tanh and erf in vector registers"). [`erf_of`] evaluates the same rational approximations
+//! and the same `expf` (FreeBSD's `e_expf.c`, as the `libm` crate has it), operation for
+//! operation in f32, in loops the compiler vectorises: every element takes the first range
+//! (|x| < 0.84375, where most of a network's inputs lie), and the others are gathered into a
+//! loop that computes every range and selects the one `erff` takes; |x| >= 6 (where erf is +-1
+//! in f32), infinities and NaN take `libm::erff` itself. `libm` is pinned (`=0.2.16`), so the
+//! function compared against is fixed: a unit test compares the two over 2^22 inputs spread
+//! over the f32 bit patterns and dense runs around each range's threshold, and
+//! `erf_matches_libm_on_every_input` (ignored: `tools/exp_check.sh` runs it) over all 2^32 at
+//! each register width. CPUs without AVX2 and FMA take `libm::erff` for every element.
 
 /// `erf(arg(v))` for every v of `x`: `arg` is applied first, as the caller would before
 /// `libm::erff`.
