@@ -162,23 +162,28 @@ impl<B: Backend> PatchEncoder<B> {
         let [_, h, w] = self.input_shape;
         let (hp, wp) = (h.div_ceil(self.patch), w.div_ceil(self.patch));
         let device = s.device();
-        // Patches on the last axis ([N, 3K, T], one copy): the softmax, the sums and the
-        // centres' broadcast (a row shared by every row) then run on contiguous rows, where
-        // Burn's CPU backend has its fast paths. Over the middle axis the read-out added 25 ms
-        // to the encoder's forward and backward pass at batch 64, this way 16 ms (the patch
-        // encoder itself: 17 ms; `cargo bench -p diffrl-policy --bench encoder`).
-        let s = s.swap_dims(1, 2);
-        let rows = |x: Tensor<B, 3>| x.reshape([n * k, t]);
+        // Patches on the last axis: the softmax, the sums and the centres' broadcast (a row
+        // shared by every row) then run on contiguous rows, where Burn's CPU backend has its
+        // fast paths. Over the middle axis the read-out added 25 ms to the encoder's forward
+        // and backward pass at batch 64, this way 16 ms (the patch encoder itself: 17 ms;
+        // `cargo bench -p diffrl-policy --bench encoder`). The rows are in (k, n) order, the
+        // transpose of [N*T, 3K]: Burn's CPU backend copies a two-dimensional transpose in
+        // tiles, but walks a batched one ([N, T, 3K] -> [N, 3K, T]) element by element, in
+        // the forward pass and again for the gradient; a row's values do not depend on where
+        // the row sits, so the outputs and gradients are the same bits either way.
+        let s = s.reshape([n * t, k3]).transpose();
+        let rows = |from: usize| s.clone().narrow(0, from, k).reshape([k * n, t]);
         let centre = |i: usize, count: usize| (2.0 * i as f32 + 1.0) / count as f32 - 1.0;
         let row = |v: Vec<f32>| Tensor::<B, 2>::from_data(TensorData::new(v, [1, t]), &device);
         let cx = row((0..t).map(|i| centre(i % wp, wp)).collect());
         let cy = row((0..t).map(|i| centre(i / wp, hp)).collect());
-        let weights = activation::softmax(rows(s.clone().narrow(1, 0, k)), 1);
-        let x = tanh(rows(s.clone().narrow(1, k, k))).div_scalar(wp as f32) + cx;
-        let y = tanh(rows(s.narrow(1, 2 * k, k))).div_scalar(hp as f32) + cy;
-        let x = (weights.clone() * x).sum_dim(1).reshape([n, k]);
-        let y = (weights * y).sum_dim(1).reshape([n, k]);
-        Tensor::cat(vec![x, y], 1)
+        let weights = activation::softmax(rows(0), 1);
+        let x = tanh(rows(k)).div_scalar(wp as f32) + cx;
+        let y = tanh(rows(2 * k)).div_scalar(hp as f32) + cy;
+        let x = (weights.clone() * x).sum_dim(1).reshape([k, n]);
+        let y = (weights * y).sum_dim(1).reshape([k, n]);
+        // [2K, N] -> [N, 2K] = (x_1..x_K, y_1..y_K) per image.
+        Tensor::cat(vec![x, y], 0).transpose()
     }
 
     /// Output feature width.
