@@ -11,14 +11,16 @@
 //! which the denoiser reads (the U-Net through FiLM).
 
 use burn::module::{Initializer, Module, Param};
+use burn::nn::attention::MhaInput;
 use burn::nn::transformer::{
-    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderLayer,
 };
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::config::TextEncoderConfig;
+use crate::nn::gelu;
 use crate::tokenizer::Tokens;
 
 /// Encoded instructions of a batch: each distinct instruction once, and which one each batch
@@ -137,13 +139,37 @@ impl<B: Backend> TextEncoder<B> {
             .reshape([u, l, d]);
         let h = self
             .transformer
-            .forward(TransformerEncoderInput::new(h).mask_pad(text.pad.clone()));
+            .layers
+            .iter()
+            .fold(h, |h, layer| encoder_layer(layer, h, text.pad.clone()));
         let h = self.final_norm.forward(h);
         let keep = text.pad.clone().bool_not().float().reshape([u, l, 1]);
         let count = keep.clone().sum_dim(1).reshape([u, 1]).clamp_min(1.0);
         let pooled = (h * keep).sum_dim(1).reshape([u, d]) / count;
         self.output.forward(pooled).select(0, text.rows.clone())
     }
+}
+
+/// Burn's `TransformerEncoderLayer::forward` as [`TextEncoder::new`] builds the layers
+/// (pre-norm, dropout 0, so Burn's dropout returns its input), with the feed-forward's GELU
+/// through [`gelu`]: on the CPU backend that node computes erf in vector registers and keeps
+/// it for the backward pass, where Burn's GELU calls the scalar erf in both passes. The same
+/// operations in the same order otherwise, so the same bits.
+fn encoder_layer<B: Backend>(
+    layer: &TransformerEncoderLayer<B>,
+    x: Tensor<B, 3>,
+    mask_pad: Tensor<B, 2, Bool>,
+) -> Tensor<B, 3> {
+    debug_assert!(layer.norm_first, "the text encoder's layers are pre-norm");
+    let attended = layer.norm_2.forward(x.clone());
+    let attended = layer
+        .mha
+        .forward(MhaInput::self_attn(attended).mask_pad(mask_pad))
+        .context;
+    let x = x + attended;
+    let ff = layer.norm_1.forward(x.clone());
+    let ff = layer.pwff.linear_inner.forward(ff);
+    x + layer.pwff.linear_outer.forward(gelu(ff))
 }
 
 #[cfg(test)]
@@ -163,6 +189,85 @@ mod tests {
             .iter()
             .map(|s| t.encode(s, Strictness::Strict).unwrap())
             .collect()
+    }
+
+    /// The layers as [`TextEncoder::forward`] runs them give Burn's `TransformerEncoder`'s
+    /// outputs and gradients bit for bit, padding included.
+    #[test]
+    fn the_layers_are_burns_encoder_bit_for_bit() {
+        use burn::nn::transformer::TransformerEncoderInput;
+        type Ad = burn::backend::Autodiff<Cpu>;
+        let device = Default::default();
+        let cfg = TextEncoderConfig {
+            max_tokens: 6,
+            d_model: 16,
+            heads: 2,
+            layers: 2,
+            ff_dim: 32,
+            out_dim: 3,
+        };
+        let enc = crate::policy::seeded_init::<Ad, _>(&device, 5, || {
+            TextEncoder::<Ad>::new(7, &cfg, &device)
+        });
+        let values = |n: usize, k: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * k) % 101) as f32 / 25.0 - 2.0)
+                .collect()
+        };
+        let h = Tensor::<Ad, 3>::from_data(
+            TensorData::new(values(3 * 6 * 16, 37), [3, 6, 16]),
+            &device,
+        )
+        .require_grad();
+        let pad: Vec<bool> = (0..18).map(|i| i % 6 >= [6, 4, 2][i / 6]).collect();
+        let pad = Tensor::<Ad, 2, Bool>::from_data(TensorData::new(pad, [3, 6]), &device);
+        let ours = enc
+            .transformer
+            .layers
+            .iter()
+            .fold(h.clone(), |h, layer| encoder_layer(layer, h, pad.clone()));
+        let burns = enc
+            .transformer
+            .forward(TransformerEncoderInput::new(h.clone()).mask_pad(pad));
+        let bits = |t: Tensor<Cpu, 3>| -> Vec<u32> {
+            t.into_data()
+                .into_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(ours.clone().inner()), bits(burns.clone().inner()));
+        let w = Tensor::<Ad, 3>::from_data(
+            TensorData::new(values(3 * 6 * 16, 53), [3, 6, 16]),
+            &device,
+        );
+        let g_ours = (ours * w.clone()).sum().backward();
+        let g_burns = (burns * w).sum().backward();
+        assert_eq!(
+            bits(h.grad(&g_ours).unwrap()),
+            bits(h.grad(&g_burns).unwrap())
+        );
+        for layer in &enc.transformer.layers {
+            let inner = &layer.pwff.linear_inner.weight;
+            let two = |g: Tensor<Cpu, 2>| -> Vec<u32> {
+                g.into_data()
+                    .into_vec::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect()
+            };
+            assert_eq!(
+                two(inner.grad(&g_ours).unwrap()),
+                two(inner.grad(&g_burns).unwrap())
+            );
+            let query = &layer.mha.query.weight;
+            assert_eq!(
+                two(query.grad(&g_ours).unwrap()),
+                two(query.grad(&g_burns).unwrap())
+            );
+        }
     }
 
     #[test]
