@@ -11,13 +11,13 @@
 //! which the denoiser reads (the U-Net through FiLM).
 
 use burn::module::{Initializer, Module, Param};
-use burn::nn::attention::MhaInput;
+use burn::nn::attention::MultiHeadAttention;
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderLayer,
 };
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Int, Tensor, TensorData, activation};
 
 use crate::config::TextEncoderConfig;
 use crate::nn::gelu;
@@ -34,6 +34,8 @@ pub struct TextTokens<B: Backend> {
     pub pad: Tensor<B, 2, Bool>,
     /// [B]: the distinct instruction of each batch element.
     pub rows: Tensor<B, 1, Int>,
+    /// `pad`'s values, from which the attention mask is built.
+    pad_values: Vec<bool>,
 }
 
 impl<B: Backend> TextTokens<B> {
@@ -63,8 +65,9 @@ impl<B: Backend> TextTokens<B> {
         let (u, b) = (distinct.len(), index.len());
         Self {
             ids: Tensor::from_data(TensorData::new(ids, [u, len]), device),
-            pad: Tensor::from_data(TensorData::new(pad, [u, len]), device),
+            pad: Tensor::from_data(TensorData::new(pad.clone(), [u, len]), device),
             rows: Tensor::from_data(TensorData::new(index, [b]), device),
+            pad_values: pad,
         }
     }
 }
@@ -137,11 +140,13 @@ impl<B: Backend> TextEncoder<B> {
             .reshape([u, l * d])
             + pos)
             .reshape([u, l, d]);
+        let heads = self.transformer.n_heads;
+        let mask = attention_mask(&text.pad_values, [u, heads, l], &h.device());
         let h = self
             .transformer
             .layers
             .iter()
-            .fold(h, |h, layer| encoder_layer(layer, h, text.pad.clone()));
+            .fold(h, |h, layer| encoder_layer(layer, h, mask.clone()));
         let h = self.final_norm.forward(h);
         let keep = text.pad.clone().bool_not().float().reshape([u, l, 1]);
         let count = keep.clone().sum_dim(1).reshape([u, 1]).clamp_min(1.0);
@@ -151,25 +156,67 @@ impl<B: Backend> TextEncoder<B> {
 }
 
 /// Burn's `TransformerEncoderLayer::forward` as [`TextEncoder::new`] builds the layers
-/// (pre-norm, dropout 0, so Burn's dropout returns its input), with the feed-forward's GELU
-/// through [`gelu`]: on the CPU backend that node computes erf in vector registers and keeps
-/// it for the backward pass, where Burn's GELU calls the scalar erf in both passes. The same
-/// operations in the same order otherwise, so the same bits.
+/// (pre-norm, dropout 0, so Burn's dropout returns its input), with two changes that keep the
+/// bits: the feed-forward's GELU goes through [`gelu`] (on the CPU backend that node computes
+/// erf in vector registers and keeps it for the backward pass, where Burn's GELU calls the
+/// scalar erf in both passes), and the attention reads a padding mask already spread over
+/// heads and queries ([`self_attention`]). `mask`: [U, heads, L, L] from [`attention_mask`].
 fn encoder_layer<B: Backend>(
     layer: &TransformerEncoderLayer<B>,
     x: Tensor<B, 3>,
-    mask_pad: Tensor<B, 2, Bool>,
+    mask: Tensor<B, 4, Bool>,
 ) -> Tensor<B, 3> {
     debug_assert!(layer.norm_first, "the text encoder's layers are pre-norm");
-    let attended = layer.norm_2.forward(x.clone());
-    let attended = layer
-        .mha
-        .forward(MhaInput::self_attn(attended).mask_pad(mask_pad))
-        .context;
+    let attended = self_attention(&layer.mha, layer.norm_2.forward(x.clone()), mask);
     let x = x + attended;
     let ff = layer.norm_1.forward(x.clone());
     let ff = layer.pwff.linear_inner.forward(ff);
     x + layer.pwff.linear_outer.forward(gelu(ff))
+}
+
+/// Burn's `MultiHeadAttention::forward` on self-attention (dropout 0, plain softmax): the same
+/// operations in the same order, with the padding mask given as [U, heads, L, L] rather than
+/// Burn's [U, L] seen as [U, 1, 1, L]. Burn's CPU backend copies a broadcast mask element by
+/// element in every masked fill, forward and backward; the values filled are the same.
+fn self_attention<B: Backend>(
+    mha: &MultiHeadAttention<B>,
+    x: Tensor<B, 3>,
+    mask: Tensor<B, 4, Bool>,
+) -> Tensor<B, 3> {
+    debug_assert!(
+        !mha.quiet_softmax,
+        "the text encoder's attention uses softmax"
+    );
+    let [u, l, d] = x.dims();
+    let heads = |linear: &Linear<B>| {
+        linear
+            .forward(x.clone())
+            .reshape([u, l, mha.n_heads, mha.d_k])
+            .swap_dims(1, 2)
+    };
+    let (query, key, value) = (heads(&mha.query), heads(&mha.key), heads(&mha.value));
+    let scores = query
+        .matmul(key.transpose())
+        .div_scalar((mha.d_k as f32).sqrt());
+    let weights = activation::softmax(scores.mask_fill(mask, mha.min_float), 3);
+    let context = weights.matmul(value).swap_dims(1, 2).reshape([u, l, d]);
+    mha.output.forward(context)
+}
+
+/// The padding mask as the attention scores' shape: [U, heads, L, L], true where the key
+/// (last axis) is padding. `pad`: [U, L] row-major, true at padding positions.
+fn attention_mask<B: Backend>(
+    pad: &[bool],
+    [u, heads, l]: [usize; 3],
+    device: &B::Device,
+) -> Tensor<B, 4, Bool> {
+    let values: Vec<bool> = (0..u)
+        .flat_map(|i| {
+            let keys = &pad[i * l..(i + 1) * l];
+            std::iter::repeat_n(keys, heads * l).flatten().copied()
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(values, [u, heads, l, l]), device)
 }
 
 #[cfg(test)]
@@ -220,12 +267,13 @@ mod tests {
         )
         .require_grad();
         let pad: Vec<bool> = (0..18).map(|i| i % 6 >= [6, 4, 2][i / 6]).collect();
+        let mask = attention_mask::<Ad>(&pad, [3, 2, 6], &device);
         let pad = Tensor::<Ad, 2, Bool>::from_data(TensorData::new(pad, [3, 6]), &device);
         let ours = enc
             .transformer
             .layers
             .iter()
-            .fold(h.clone(), |h, layer| encoder_layer(layer, h, pad.clone()));
+            .fold(h.clone(), |h, layer| encoder_layer(layer, h, mask.clone()));
         let burns = enc
             .transformer
             .forward(TransformerEncoderInput::new(h.clone()).mask_pad(pad));
