@@ -75,9 +75,16 @@ impl<B: Backend> ResidualMlp<B> {
             if let (Some(film), Some(z)) = (self.film.get(i), &film_in) {
                 let w = inner.dims()[1];
                 let gb = film.forward(z.clone());
-                let gamma = gb.clone().narrow(1, 0, w);
-                let beta = gb.narrow(1, w, w);
-                inner = inner * (gamma + 1.0) + beta;
+                // Each half copied whole: a narrowed half is a strided view, which Burn's CPU
+                // backend adds and multiplies element by element (forward and backward) but
+                // copies as rows; the values are the same.
+                let half = |from: usize| {
+                    gb.clone()
+                        .narrow(1, from, w)
+                        .reshape([b * w])
+                        .reshape([b, w])
+                };
+                inner = inner * (half(0) + 1.0) + half(w);
             }
             h = h + l2.forward(activate(self.act, inner));
         }
