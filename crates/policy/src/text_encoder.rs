@@ -277,14 +277,6 @@ mod tests {
         let burns = enc
             .transformer
             .forward(TransformerEncoderInput::new(h.clone()).mask_pad(pad));
-        let bits = |t: Tensor<Cpu, 3>| -> Vec<u32> {
-            t.into_data()
-                .into_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|x| x.to_bits())
-                .collect()
-        };
         assert_eq!(bits(ours.clone().inner()), bits(burns.clone().inner()));
         let w = Tensor::<Ad, 3>::from_data(
             TensorData::new(values(3 * 6 * 16, 53), [3, 6, 16]),
@@ -297,25 +289,27 @@ mod tests {
             bits(h.grad(&g_burns).unwrap())
         );
         for layer in &enc.transformer.layers {
-            let inner = &layer.pwff.linear_inner.weight;
-            let two = |g: Tensor<Cpu, 2>| -> Vec<u32> {
-                g.into_data()
-                    .into_vec::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect()
-            };
-            assert_eq!(
-                two(inner.grad(&g_ours).unwrap()),
-                two(inner.grad(&g_burns).unwrap())
-            );
-            let query = &layer.mha.query.weight;
-            assert_eq!(
-                two(query.grad(&g_ours).unwrap()),
-                two(query.grad(&g_burns).unwrap())
-            );
+            for weight in [
+                &layer.pwff.linear_inner.weight,
+                &layer.mha.query.weight,
+                &layer.mha.value.weight,
+            ] {
+                assert_eq!(
+                    bits(weight.grad(&g_ours).unwrap()),
+                    bits(weight.grad(&g_burns).unwrap())
+                );
+            }
         }
+    }
+
+    /// A CPU tensor's values as bit patterns.
+    fn bits<const D: usize>(t: Tensor<Cpu, D>) -> Vec<u32> {
+        t.into_data()
+            .into_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
     }
 
     #[test]
