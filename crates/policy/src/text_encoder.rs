@@ -167,6 +167,10 @@ fn encoder_layer<B: Backend>(
     mask: Tensor<B, 4, Bool>,
 ) -> Tensor<B, 3> {
     debug_assert!(layer.norm_first, "the text encoder's layers are pre-norm");
+    debug_assert!(
+        layer.dropout.prob == 0.0 && layer.mha.dropout.prob == 0.0,
+        "the text encoder's layers have no dropout"
+    );
     let attended = self_attention(&layer.mha, layer.norm_2.forward(x.clone()), mask);
     let x = x + attended;
     let ff = layer.norm_1.forward(x.clone());
