@@ -466,9 +466,9 @@ impl Fused {
             // calling thread takes the first.
             let mut bins = bins(chunks, self.threads).into_iter();
             let first = bins.next().unwrap_or_default();
-            std::thread::scope(|s| {
+            crate::parallel::worker_pool(self.threads - 1)?.in_place_scope(|s| {
                 for b in bins {
-                    s.spawn(move || b.into_iter().for_each(Chunk::run));
+                    s.spawn(move |_| b.into_iter().for_each(Chunk::run));
                 }
                 first.into_iter().for_each(Chunk::run);
             });

@@ -8,6 +8,9 @@
 //! order, so a given seed and shard count give bit-identical results. Different shard counts
 //! give different (equally valid) results: each shard draws its own diffusion noise.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
@@ -40,6 +43,30 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Average<'_> {
             self.out.register::<B::InnerBackend, D>(param.id, s);
         }
     }
+}
+
+/// The training's worker threads: a pool of exactly `workers` threads of its own, made on first
+/// use and kept for the process, that runs the shards after the first of a sharded step (and
+/// the fused AdamW's runs after the first) while the calling thread does the first. Rayon's
+/// global pool holds one thread per core instead, so with two cores its idle thread woke with
+/// each step and spun (`sched_yield`) beside the two busy ones (docs/policy.md).
+pub(crate) fn worker_pool(workers: usize) -> Result<Arc<rayon::ThreadPool>, LearnError> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(pool) = pools.get(&workers) {
+        return Ok(pool.clone());
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .thread_name(|i| format!("diffrl-worker-{}", i + 1))
+        .build()
+        .map_err(|e| LearnError::Data(format!("cannot start {workers} worker threads: {e}")))?;
+    let pool = Arc::new(pool);
+    pools.insert(workers, pool.clone());
+    Ok(pool)
 }
 
 /// The gradient of the batch-mean loss and the loss value, computed over `shards` threads.
@@ -93,9 +120,10 @@ where
     }
     let device = model.devices().pop().unwrap_or_default();
     type Shard = (GradientsParams, f64);
-    // Shard 0 runs on the calling thread, the others on rayon's global pool: threads that
-    // persist, so a step starts no thread and faults no fresh stack in (docs/policy.md). A
-    // shard that panics becomes an error.
+    // Shard 0 runs on the calling thread, the others on a pool of exactly that many threads
+    // (`worker_pool`): threads that persist, so a step starts no thread and faults no fresh stack
+    // in, and no idle thread spins beside the busy ones (docs/policy.md). A shard that panics
+    // becomes an error.
     let shard =
         |i: usize, range: std::ops::Range<usize>, fork: M| -> Result<(Shard, T), LearnError> {
             let run = || {
@@ -106,12 +134,13 @@ where
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
                 .unwrap_or_else(|_| Err(LearnError::Data(format!("gradient shard {i} panicked"))))
         };
+    let pool = worker_pool(ranges.len() - 1)?;
     let mut forks: Vec<M> = ranges.iter().map(|_| model.clone().fork(&device)).collect();
     let first = forks.remove(0);
     let mut rest: Vec<Option<Result<(Shard, T), LearnError>>> =
         (1..ranges.len()).map(|_| None).collect();
     let mut results = Vec::with_capacity(ranges.len());
-    rayon::in_place_scope(|s| {
+    pool.in_place_scope(|s| {
         for ((slot, fork), (i, range)) in rest
             .iter_mut()
             .zip(forks)
