@@ -42,4 +42,7 @@ pub enum LearnError {
     /// A resume point belongs to another run.
     #[error("{0}")]
     Resume(String),
+    /// A training worker thread could not start, or one of its jobs panicked.
+    #[error("worker thread: {0}")]
+    Worker(String),
 }

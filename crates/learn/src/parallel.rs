@@ -63,7 +63,7 @@ pub(crate) fn worker_pool(workers: usize) -> Result<Arc<rayon::ThreadPool>, Lear
         .num_threads(workers)
         .thread_name(|i| format!("diffrl-worker-{}", i + 1))
         .build()
-        .map_err(|e| LearnError::Data(format!("cannot start {workers} worker threads: {e}")))?;
+        .map_err(|e| LearnError::Worker(format!("cannot start {workers} worker threads: {e}")))?;
     let pool = Arc::new(pool);
     pools.insert(workers, pool.clone());
     Ok(pool)
@@ -132,7 +132,7 @@ where
                 Ok(((GradientsParams::from_grads(l.backward(), &fork), v), extra))
             };
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
-                .unwrap_or_else(|_| Err(LearnError::Data(format!("gradient shard {i} panicked"))))
+                .unwrap_or_else(|_| Err(LearnError::Worker(format!("gradient shard {i} panicked"))))
         };
     let pool = worker_pool(ranges.len() - 1)?;
     let mut forks: Vec<M> = ranges.iter().map(|_| model.clone().fork(&device)).collect();
@@ -152,7 +152,7 @@ where
         results.push(shard(0, ranges[0].clone(), first));
     });
     results.extend(rest.into_iter().map(|r| {
-        r.unwrap_or_else(|| Err(LearnError::Data("a gradient shard did not run".into())))
+        r.unwrap_or_else(|| Err(LearnError::Worker("a gradient shard did not run".into())))
     }));
     let mut parts = Vec::with_capacity(results.len());
     let mut extras = Vec::with_capacity(results.len());
