@@ -1,5 +1,6 @@
 //! The `diffrl` binary.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: tensor ops allocate and free megabyte buffers at every
@@ -25,10 +26,48 @@ fn keep_freed_memory() {
     }
 }
 
+/// Standard output that remembers whether its reader went away, so that `diffrl sim ... --json |
+/// head` ends quietly, as `cat` piped to `head` does, instead of reporting the closed pipe as
+/// an error of the command.
+struct Stdout<W> {
+    inner: W,
+    closed: bool,
+}
+
+impl<W: Write> Stdout<W> {
+    fn note<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &r
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            self.closed = true;
+        }
+        r
+    }
+}
+
+impl<W: Write> Write for Stdout<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let r = self.inner.write(buf);
+        self.note(r)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let r = self.inner.flush();
+        self.note(r)
+    }
+}
+
 fn main() -> ExitCode {
     keep_freed_memory();
-    let mut stdout = std::io::stdout().lock();
-    match diffrl_cli::run_cli(std::env::args_os(), &mut stdout) {
+    let mut stdout = Stdout {
+        inner: std::io::stdout().lock(),
+        closed: false,
+    };
+    let result = diffrl_cli::run_cli(std::env::args_os(), &mut stdout);
+    // The reader of our output closed it (`| head`): nothing is left to tell it.
+    if stdout.closed {
+        return ExitCode::SUCCESS;
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // clap renders its own help/usage/version messages.

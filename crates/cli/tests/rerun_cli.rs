@@ -1,7 +1,8 @@
 //! `--rerun` through the real binary on tiny runs: pretrain, eval, grpo and eval --randomize
 //! write recordings our reader decodes (footer included), a missing viewer costs one warning
 //! and nothing else, a bad sink fails before training, Ctrl-C still finishes the file, and
-//! `diffrl view` without a viewer names the pip command.
+//! `diffrl view` without a viewer names the pip command. Also the one check of the binary's own
+//! `main`: output into a pipe its reader closed ends quietly.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -446,4 +447,22 @@ fn ctrl_c_finishes_the_recording() {
         "{:?}",
         entities(&sum)
     );
+}
+
+/// `diffrl sim ... --json | head`: the reader goes away before the command is done, and the
+/// command ends quietly with status 0 instead of reporting "error: Broken pipe".
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_diffrl"))
+        .args(["sim", "pusht", "--seed", "0", "--expert", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Ours was the only read end: the command's first line already finds the pipe closed.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("error"), "{err}");
 }
