@@ -115,6 +115,12 @@ pub struct AdvantageConfig {
     /// The value model of `grpo-lambda` (serialised only when not the default).
     #[serde(skip_serializing_if = "is_default_value")]
     pub value: LambdaValue,
+    /// Keep only the positive part of every advantage, max(A, 0): the update raises the
+    /// likelihood of the rollouts that did better than their group (or than grpo-lambda's
+    /// value) and no longer pushes away from those that did worse. Off by default (both signs,
+    /// GRPO's); serialised only when on.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub positive_only: bool,
 }
 
 /// How `grpo-lambda`'s value of a decision's state differs from its group's start value: a
@@ -163,6 +169,7 @@ impl Default for AdvantageConfig {
             gamma: 0.99,
             lambda: 0.95,
             value: LambdaValue::Linear,
+            positive_only: false,
         }
     }
 }

@@ -304,7 +304,8 @@ struct BatchAdvantages {
 }
 
 /// Group-relative advantages per (rollout, decision) ([`group_advantages`] with the configured
-/// estimator, group by group; `grpo-lambda` over the batch).
+/// estimator, group by group; `grpo-lambda` over the batch), only their positive parts with
+/// `positive_only`.
 fn grpo_advantages(
     kept: &[GroupRollout],
     rewards: &[EpisodeRewards],
@@ -313,9 +314,28 @@ fn grpo_advantages(
     anchor_cells: Option<&[f64]>,
     cfg: &AdvantageConfig,
 ) -> Result<BatchAdvantages, LearnError> {
-    if cfg.estimator == Estimator::GrpoLambda {
-        return grpo_lambda_advantages(kept, rewards, group_size, cfg);
+    let mut batch = if cfg.estimator == Estimator::GrpoLambda {
+        grpo_lambda_advantages(kept, rewards, group_size, cfg)?
+    } else {
+        group_relative_advantages(kept, rewards, group_size, state_dim, anchor_cells, cfg)?
+    };
+    if cfg.positive_only {
+        for a in batch.advantages.iter_mut().flatten() {
+            *a = a.max(0.0);
+        }
     }
+    Ok(batch)
+}
+
+/// [`group_advantages`] group by group.
+fn group_relative_advantages(
+    kept: &[GroupRollout],
+    rewards: &[EpisodeRewards],
+    group_size: usize,
+    state_dim: usize,
+    anchor_cells: Option<&[f64]>,
+    cfg: &AdvantageConfig,
+) -> Result<BatchAdvantages, LearnError> {
     let mut out = Vec::with_capacity(kept.len());
     let mut zero = 0;
     for (g, members) in kept.chunks(group_size).enumerate() {

@@ -276,6 +276,9 @@ pub fn finetune<B: AutodiffBackend>(
             ),
         },
         match algorithm {
+            Algorithm::Grpo if g.advantage.positive_only => {
+                format!("{} (positive parts only)", g.advantage.estimator)
+            }
             Algorithm::Grpo => g.advantage.estimator.to_string(),
             Algorithm::Ppo => format!("GAE (gamma {}, lambda {})", g.ppo.gamma, g.ppo.lambda),
         },
