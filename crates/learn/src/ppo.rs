@@ -199,6 +199,13 @@ pub fn train<E: Env, B: AutodiffBackend>(
     resume: bool,
     hooks: &mut dyn GrpoHooks<B::InnerBackend>,
 ) -> Result<GrpoOutcome<B::InnerBackend>, LearnError> {
+    if cfg.advantage.positive_only {
+        return Err(LearnError::Data(
+            "grpo.advantage.positive_only cuts GRPO's group-relative advantages; PPO's come \
+             from its critic (use `diffrl grpo`, or drop the setting)"
+                .into(),
+        ));
+    }
     let mut run = Session::new(policy, reference, cfg, Algorithm::Ppo, seed, out)?;
     if cfg.implicit_prm.is_some() {
         return Err(LearnError::Data(

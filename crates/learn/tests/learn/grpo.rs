@@ -1132,6 +1132,26 @@ fn bad_settings_are_refused_with_the_cause() {
     .unwrap()
     .to_string();
     assert!(e.contains("PPO"), "{e}");
+    // Keeping only positive advantages is a GRPO setting: PPO refuses it by name.
+    let e = fine_tune(
+        &pre,
+        &GrpoConfig {
+            advantage: AdvantageConfig {
+                positive_only: true,
+                ..AdvantageConfig::default()
+            },
+            ..toy_grpo()
+        },
+        Algorithm::Ppo,
+        true,
+        &d.path().join("p"),
+        false,
+        &mut grpo::NoHooks,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("positive_only") && e.contains("PPO"), "{e}");
 }
 
 /// Every float parameter, flattened in visit order.
