@@ -41,6 +41,8 @@ pub(crate) struct Batch {
     pub recorded_dropped: Option<(i64, GroupRollout, EpisodeRewards)>,
     /// Seconds collecting and scoring.
     pub collect_s: f64,
+    /// Sum over the groups collected of [`first_call_spread`], and how many groups had one.
+    pub spread: (f64, usize),
 }
 
 impl Batch {
@@ -60,6 +62,10 @@ impl Batch {
         keep: bool,
         recorded_env_step: Option<i64>,
     ) {
+        if let Some(spread) = first_call_spread(members) {
+            self.spread.0 += spread;
+            self.spread.1 += 1;
+        }
         self.outcomes.extend(rewards.iter().map(|r| r.outcome));
         self.successes += members.iter().filter(|r| r.episode.success()).count();
         self.max_score_sum += members
@@ -97,6 +103,35 @@ impl Batch {
             record_rollout_series(rec, *t, rollout, rewards, &zeros);
         }
     }
+}
+
+/// How far the policy's sampling noise spreads a group's first actions: the standard deviation
+/// across the group's rollouts of their first policy call's clean chunk (the chain's last state
+/// x_0, normalised actions), averaged over the chunk's elements. A group's rollouts share their
+/// start, so their first calls see the same observation and differ only by the chain's noise.
+/// None for fewer than two rollouts with a first call (PPO's groups of one).
+pub(crate) fn first_call_spread(members: &[GroupRollout]) -> Option<f64> {
+    let x0: Vec<&[f32]> = members
+        .iter()
+        .filter_map(|m| {
+            let d = m.decisions.first()?;
+            // x_K..x_0, K + 1 states of equal size, and K log-probs.
+            let per = d.chain.len() / (d.logp.len() + 1);
+            d.chain.get(d.chain.len() - per..)
+        })
+        .collect();
+    let (n, len) = (x0.len(), x0.first().map_or(0, |x| x.len()));
+    if n < 2 || len == 0 || x0.iter().any(|x| x.len() != len) {
+        return None;
+    }
+    let sum: f64 = (0..len)
+        .map(|e| {
+            let mean = x0.iter().map(|x| f64::from(x[e])).sum::<f64>() / n as f64;
+            let ss: f64 = x0.iter().map(|x| (f64::from(x[e]) - mean).powi(2)).sum();
+            (ss / (n - 1) as f64).sqrt()
+        })
+        .sum();
+    Some(sum / len as f64)
 }
 
 /// One collection round.
@@ -212,4 +247,42 @@ fn score_group(
         }
     }
     Ok(rewards)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(chain: Vec<f32>, k: usize) -> GroupRollout {
+        GroupRollout {
+            group: 0,
+            episode: Episode::default(),
+            decisions: vec![crate::rollout::Decision {
+                state: vec![],
+                image: None,
+                text: None,
+                chain,
+                logp: vec![0.0; k],
+                env_step: 0,
+                executed: 1,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_spread_reads_the_clean_chunk_of_each_first_call() {
+        // K = 2, chunks of two elements: x_2, x_1, x_0. Only x_0 counts: the earlier states
+        // differ wildly and must not enter.
+        let a = member(vec![9.0, -9.0, 5.0, 5.0, 1.0, 0.0], 2);
+        let b = member(vec![-9.0, 9.0, -5.0, 2.0, 3.0, 0.0], 2);
+        // Element 0: 1 and 3, sample std sqrt(2); element 1: 0 and 0.
+        let s = first_call_spread(&[a.clone(), b]).unwrap();
+        assert!((s - 2f64.sqrt() / 2.0).abs() < 1e-12, "{s}");
+        // Identical first calls: no spread; one rollout or none: undefined.
+        assert_eq!(first_call_spread(&[a.clone(), a.clone()]), Some(0.0));
+        assert_eq!(first_call_spread(std::slice::from_ref(&a)), None);
+        let mut empty = a.clone();
+        empty.decisions.clear();
+        assert_eq!(first_call_spread(&[a, empty]), None);
+    }
 }

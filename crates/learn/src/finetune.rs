@@ -381,6 +381,11 @@ pub struct GrpoLog {
     pub mean_max_score: f64,
     /// Fraction of groups whose rewards are all equal (they carry no GRPO signal).
     pub frac_zero_var_groups: f64,
+    /// The exploration at the groups' shared starts: the standard deviation across a group's
+    /// rollouts of their first policy call's clean chunk (normalised action units), averaged
+    /// over the chunk and the groups (none for groups of one rollout, PPO's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_spread: Option<f64>,
     /// Groups dropped by dynamic sampling.
     pub dropped_groups: usize,
     /// Mean surrogate loss.

@@ -276,6 +276,7 @@ impl<'a, B: AutodiffBackend> Session<'a, B> {
             success_rate: batch.successes as f64 / n_out,
             mean_max_score: batch.max_score_sum / n_out,
             frac_zero_var_groups,
+            action_spread: (batch.spread.1 > 0).then(|| batch.spread.0 / batch.spread.1 as f64),
             dropped_groups: batch.dropped,
             loss: update.mean(update.loss),
             value_loss: update.value_loss / update.epochs.max(1) as f64,

@@ -112,8 +112,12 @@ impl<B: Backend> GrpoHooks<B> for Hooks<'_> {
                 ],
             );
         }
+        // The first actions' spread within a group (GRPO's groups; PPO has none).
+        let spread = l
+            .action_spread
+            .map_or(String::new(), |s| format!(" spread {s:.3}"));
         let msg = format!(
-            "success {:.0}% reward {:.3} kl {:.1e} clip {:.2} | {:.0} env steps/s",
+            "success {:.0}% reward {:.3} kl {:.1e} clip {:.2}{spread} | {:.0} env steps/s",
             100.0 * l.success_rate,
             l.reward_mean,
             l.approx_kl,

@@ -523,7 +523,37 @@ fn ppo_solves_the_toy_task_that_bc_from_poor_demos_does_not() {
             first.success_rate,
             last.success_rate
         );
+        // PPO's rollouts start alone: no group, no spread.
+        assert!(logs.0.iter().all(|l| l.action_spread.is_none()));
     }
+}
+
+#[test]
+fn the_action_spread_follows_the_sampling_floor() {
+    // The chain's last step draws its noise at std max(sigma_1, floor): a floor of 1 must
+    // spread a group's first actions far more than one of 0.02. One iteration each, from the
+    // same starts; the floors go on the policy, as `diffrl grpo` puts [grpo]'s there.
+    let d = tempfile::tempdir().unwrap();
+    let bc = pretrained(&d.path().join("bc"));
+    let spread = |floor: f64| {
+        let pre = bc
+            .with_diffusion(|c| {
+                c.min_sampling_std = floor;
+                c.min_logprob_std = floor;
+            })
+            .unwrap();
+        let cfg = GrpoConfig {
+            iterations: 1,
+            ..toy_grpo()
+        };
+        let mut logs = Collect(Vec::new());
+        let out = d.path().join(format!("g{floor}"));
+        fine_tune(&pre, &cfg, Algorithm::Grpo, true, &out, false, &mut logs).unwrap();
+        logs.0[0].action_spread.expect("groups of 8 have a spread")
+    };
+    let (narrow, wide) = (spread(0.02), spread(1.0));
+    eprintln!("toy: first actions' spread {narrow:.3} at floor 0.02, {wide:.3} at 1");
+    assert!(narrow > 0.0 && wide > 2.0 * narrow, "{narrow} {wide}");
 }
 
 #[test]
